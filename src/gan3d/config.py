@@ -1,0 +1,296 @@
+"""Typed, frozen configuration with named profiles and one validated override path.
+
+A configuration is a tree of frozen dataclasses. A *profile* (``quick`` or ``paper``, YAML files
+in ``gan3d/profiles``) sets values on top of the dataclass defaults; *overrides* set single keys
+by dotted name (``train.epochs=3``) and come from the command line (``--set``) or from notebook
+parameters. Everything goes through :func:`resolve`, which rejects unknown keys and wrong types
+with a :class:`~gan3d.exceptions.ConfigError` naming the key and what is allowed.
+
+>>> cfg = resolve("quick", {"train.epochs": 2})
+>>> cfg.train.epochs
+2
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any, Literal, Mapping
+
+import yaml
+
+from .exceptions import ConfigError
+
+__all__ = [
+    "DataConfig",
+    "TrainConfig",
+    "ScaleConfig",
+    "ValidationConfig",
+    "PipelineConfig",
+    "Config",
+    "PROFILES",
+    "resolve",
+    "parse_overrides",
+    "to_dict",
+    "from_dict",
+]
+
+PROFILES = ("quick", "paper")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Where showers come from and how they are split (sizes in showers, energies in GeV)."""
+
+    source: Literal["synthetic", "clic"] = "synthetic"
+    path: str = "data/synthetic"  # folder of .h5 files (made here for "synthetic")
+    n_showers: int = 4000
+    n_files: int = 8
+    energy_min: float = 10.0
+    energy_max: float = 500.0
+    seed: int = 20190620
+    test_fraction: float = 0.1
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The 3DGAN training step and loop. ``batch_size`` is per worker, as in the paper."""
+
+    epochs: int = 3
+    batch_size: int = 32
+    learning_rate: float = 1e-3
+    rho: float = 0.9
+    scale_lr: bool = True  # learning rate x number of workers (Horovod practice)
+    lr_warmup_epochs: int = 0  # ramp from lr to lr x workers over these epochs
+    loss_weights: tuple[float, float, float] = (2.0, 0.1, 0.1)
+    label_flip: float = 0.05
+    eval_mode: Literal["serial", "distributed", "none"] = "distributed"
+    eval_fraction: float = 1.0  # share of the test set evaluated each epoch
+    precision: Literal["float32", "bfloat16"] = "float32"
+    steps_per_epoch: int = 0  # 0: one pass over the training shard
+    timing_warmup_epochs: int = 1  # excluded from timing, as the paper excluded its first epochs
+    seed: int = 7
+    output: str = "results/train"
+    workers: int = 1
+
+
+@dataclass(frozen=True)
+class ScaleConfig:
+    """Scaling experiments: worker counts, weak (fixed per-worker batch) or strong scaling."""
+
+    workers: tuple[int, ...] = (1, 2)
+    mode: Literal["weak", "strong"] = "weak"
+    steps: int = 12  # timed steps per worker count
+    warmup_steps: int = 3
+    repeats: int = 3
+    output: str = "results/scaling"
+
+
+@dataclass(frozen=True)
+class ValidationConfig:
+    """Physics validation of a trained generator against reference showers."""
+
+    n_showers: int = 1000
+    energy_bins: tuple[float, ...] = (50.0, 100.0, 200.0, 300.0, 400.0)
+    bin_halfwidth: float = 5.0
+    seed: int = 11
+    output: str = "results/validation"
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """The figure pipeline: where executed notebooks, results and figures go."""
+
+    results: str = "results"
+    figures: str = "figures"
+    kernel: str = "gan3d"
+    cell_timeout: int = 3600
+
+
+@dataclass(frozen=True)
+class Config:
+    """The whole resolved configuration, recorded in every output."""
+
+    profile: str = "quick"
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    scale: ScaleConfig = field(default_factory=ScaleConfig)
+    validation: ValidationConfig = field(default_factory=ValidationConfig)
+    pipeline: PipelineConfig = field(default_factory=PipelineConfig)
+
+    def replace(self, **overrides: Any) -> "Config":
+        """Return a copy with dotted-key overrides applied (validated like any override)."""
+        return _apply(self, overrides)
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation and coercion
+
+
+def _describe(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
+    if origin is tuple:
+        args = typing.get_args(tp)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return f"a list of {args[0].__name__}"
+        return f"a list of {len(args)} numbers"
+    return f"a {getattr(tp, '__name__', str(tp))}"
+
+
+def _coerce(key: str, value: Any, tp: Any) -> Any:
+    """Check ``value`` against the annotation ``tp``; convert only where lossless."""
+    origin = typing.get_origin(tp)
+    bad = ConfigError(f"{key}: got {value!r} ({type(value).__name__}), expected {_describe(tp)}")
+    if origin is Literal:
+        if value not in typing.get_args(tp):
+            raise bad
+        return value
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise bad
+        args = typing.get_args(tp)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_coerce(f"{key}[{i}]", v, args[0]) for i, v in enumerate(value))
+        if len(value) != len(args):
+            raise bad
+        return tuple(_coerce(f"{key}[{i}]", v, a) for i, (v, a) in enumerate(zip(value, args)))
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise bad
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise bad
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise bad
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise bad
+        return value
+    raise bad  # pragma: no cover - every field type is listed above
+
+
+_SECTIONS = {f.name: f.type for f in dataclasses.fields(Config) if f.name != "profile"}
+
+
+def _section_types() -> dict[str, dict[str, Any]]:
+    hints = typing.get_type_hints(Config)
+    out = {}
+    for name in _SECTIONS:
+        cls = hints[name]
+        out[name] = (cls, typing.get_type_hints(cls))
+    return out
+
+
+def _apply(cfg: Config, overrides: Mapping[str, Any]) -> Config:
+    sections = _section_types()
+    changes: dict[str, dict[str, Any]] = {}
+    for key, value in overrides.items():
+        section, _, name = key.partition(".")
+        if section not in sections or not name:
+            raise ConfigError(
+                f"unknown configuration key {key!r}; keys are <section>.<name> with section one of "
+                + ", ".join(sorted(sections))
+            )
+        cls, hints = sections[section]
+        if name not in hints:
+            raise ConfigError(
+                f"unknown configuration key {key!r}; {section} has " + ", ".join(sorted(hints))
+            )
+        changes.setdefault(section, {})[name] = _coerce(key, value, hints[name])
+    new = {s: dataclasses.replace(getattr(cfg, s), **c) for s, c in changes.items()}
+    out = dataclasses.replace(cfg, **new)
+    _check(out)
+    return out
+
+
+def _check(cfg: Config) -> None:
+    """Cross-field rules: impossible values are errors that say what would be possible."""
+    d, t, s, v = cfg.data, cfg.train, cfg.scale, cfg.validation
+    rules = [
+        (d.n_showers >= 2, "data.n_showers must be at least 2"),
+        (d.n_files >= 2, "data.n_files must be at least 2 (files are split 90/10 into train/test)"),
+        (d.n_files <= d.n_showers, "data.n_files cannot exceed data.n_showers"),
+        (0 < d.energy_min < d.energy_max, "need 0 < data.energy_min < data.energy_max (GeV)"),
+        (0.0 < d.test_fraction < 1.0, "data.test_fraction must be between 0 and 1"),
+        (t.epochs >= 1, "train.epochs must be at least 1"),
+        (t.batch_size >= 1, "train.batch_size must be at least 1"),
+        (t.learning_rate > 0, "train.learning_rate must be positive"),
+        (0 < t.rho < 1, "train.rho must be between 0 and 1"),
+        (0 <= t.label_flip < 0.5, "train.label_flip must be in [0, 0.5)"),
+        (0 < t.eval_fraction <= 1, "train.eval_fraction must be in (0, 1]"),
+        (t.steps_per_epoch >= 0, "train.steps_per_epoch must be >= 0 (0 = full pass)"),
+        (t.timing_warmup_epochs >= 0, "train.timing_warmup_epochs must be >= 0"),
+        (t.lr_warmup_epochs >= 0, "train.lr_warmup_epochs must be >= 0"),
+        (t.workers >= 1, "train.workers must be at least 1"),
+        (all(w >= 1 for w in s.workers) and s.workers, "scale.workers must be positive counts"),
+        (s.steps >= 1 and s.warmup_steps >= 0 and s.repeats >= 1, "scale.steps/repeats >= 1"),
+        (v.n_showers >= 10, "validation.n_showers must be at least 10"),
+        (v.bin_halfwidth > 0, "validation.bin_halfwidth must be positive"),
+    ]
+    for ok, message in rules:
+        if not ok:
+            raise ConfigError(message)
+
+
+# ---------------------------------------------------------------------------------------------
+# Profiles, overrides, serialisation
+
+
+def _load_profile(name: str) -> dict[str, Any]:
+    if name not in PROFILES:
+        raise ConfigError(f"unknown profile {name!r}; choose one of {', '.join(PROFILES)}")
+    text = resources.files("gan3d").joinpath("profiles", f"{name}.yaml").read_text()
+    data = yaml.safe_load(text) or {}
+    return _flatten(data)
+
+
+def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for k, v in tree.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            flat.update(_flatten(v, key + "."))
+        else:
+            flat[key] = v
+    return flat
+
+
+def parse_overrides(items: list[str] | None) -> dict[str, Any]:
+    """Turn ``["train.epochs=3", "scale.workers=[1,2]"]`` into a dict; values parsed as YAML."""
+    out: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"override {item!r} is not of the form section.key=value")
+        try:
+            out[key.strip()] = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"override {item!r}: value is not valid YAML ({exc})") from None
+    return out
+
+
+def resolve(profile: str = "quick", overrides: Mapping[str, Any] | None = None) -> Config:
+    """The configuration of ``profile`` with ``overrides`` (dotted keys) applied and validated."""
+    base = Config(profile=profile if profile in PROFILES else "quick")
+    cfg = _apply(base, _load_profile(profile))
+    return _apply(cfg, dict(overrides or {}))
+
+
+def to_dict(cfg: Config) -> dict[str, Any]:
+    """A JSON-ready dict of the configuration (tuples become lists)."""
+    return dataclasses.asdict(cfg)
+
+
+def from_dict(data: Mapping[str, Any]) -> Config:
+    """Rebuild a configuration recorded by :func:`to_dict` (e.g. from a checkpoint)."""
+    profile = data.get("profile", "quick")
+    flat = _flatten({k: v for k, v in data.items() if k != "profile"})
+    return _apply(Config(profile=profile), flat)
