@@ -1,0 +1,132 @@
+"""The 3DGAN networks: sizes, shapes, cost, units, and saving/loading."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from gan3d import model
+from gan3d.exceptions import CheckpointError
+
+
+@pytest.fixture(scope="module")
+def nets():
+    import keras
+
+    keras.utils.set_random_seed(3)
+    return model.build_generator(), model.build_discriminator()
+
+
+def test_parameter_counts_match_the_reference(nets):
+    gen, disc = nets
+    assert gen.count_params() == 872_948
+    assert disc.count_params() == 73_450
+    # The same networks under the bfloat16 policy keep float32 weights and the same counts.
+    assert model.build_generator(dtype="mixed_bfloat16").count_params() == 872_948
+    assert model.build_discriminator(dtype="mixed_bfloat16").count_params() == 73_450
+
+
+def test_shapes(nets):
+    gen, disc = nets
+    assert gen.input_shape == (None, 200)
+    assert gen.output_shape == (None, 25, 25, 25, 1)
+    assert disc.output_shape == [(None, 1), (None, 1), (None, 1)]
+    shapes = {layer.name: layer.output.shape[1:] for layer in gen.layers}
+    assert shapes["up1"] == (14, 14, 16, 64)
+    assert shapes["up2"] == (26, 28, 27, 6)
+    assert shapes["lrelu3"] == (26, 26, 26, 6)
+    assert disc.get_layer("flatten").output.shape[1:] == (10_648,)
+
+
+def test_forward_flops_from_hand_counted_convolutions(nets):
+    gen, disc = nets
+    d = model.forward_flops(disc, by_layer=True)
+    # 2 x (kernel volume x input channels) x output channels x output voxels, plus the bias adds.
+    assert d["conv1"] == 2 * 125 * 1 * 32 * 25**3 + 32 * 25**3
+    assert d["conv2"] == 2 * 125 * 32 * 8 * 25**3 + 8 * 25**3
+    assert d["conv4"] == 2 * 125 * 8 * 8 * 23**3 + 8 * 23**3
+    assert d["ecal"] == 25**3 and d["pad2"] == 0 and d["drop1"] == 0
+    g = model.forward_flops(gen, by_layer=True)
+    assert g["conv2"] == 2 * (6 * 5 * 8 * 64) * 6 * (13 * 14 * 9) + 6 * 13 * 14 * 9
+    assert g["conv4"] == 2 * 8 * 6 * 25**3  # no bias
+    # The prototype notes quote 1.570 and 0.511 GFLOP counting multiply-adds only.
+    assert model.forward_flops(disc) == pytest.approx(1.570e9, rel=3e-3)
+    assert model.forward_flops(gen) == pytest.approx(0.511e9, rel=3e-3)
+
+
+def test_step_flops_convention(nets):
+    gen, disc = nets
+    g, d = model.forward_flops(gen), model.forward_flops(disc)
+    assert model.step_flops(gen, disc) == 10 * d + 7 * g
+    assert model.step_flops(gen, disc, frozen_weight_grads=True) == 12 * d + 7 * g
+    assert model.step_flops(gen, disc, frozen_weight_grads=True) == pytest.approx(22.4e9, rel=0.01)
+
+
+def test_generated_showers_are_gev_and_the_ecal_head_sums_them(nets):
+    gen, disc = nets
+    energies = np.array([20.0, 100.0, 400.0])
+    showers = model.generate_showers(gen, energies, seed=5, batch_size=2)
+    assert showers.shape == (3, 25, 25, 25) and showers.dtype == np.float32
+    assert (showers >= 0).all()  # ReLU output
+    again = model.generate_showers(gen, energies, seed=5, batch_size=2)
+    np.testing.assert_array_equal(showers, again)  # same seed, same showers
+    # The generator's x100 scale is undone: its raw output is 100 x the returned GeV.
+    raw = gen(model.latent_vectors(energies, seed=5), training=False).numpy()[..., 0]
+    np.testing.assert_allclose(raw / 100.0, showers, rtol=1e-4, atol=1e-7)  # batch-size rounding
+    out = model.discriminate(disc, showers)
+    np.testing.assert_allclose(out["ecal_sum_gev"], showers.sum(axis=(1, 2, 3)), rtol=1e-5)
+    assert ((out["p_real"] > 0) & (out["p_real"] < 1)).all()
+
+
+def test_latent_is_energy_times_gaussian():
+    lat = model.latent_vectors(np.full(4000, 250.0), seed=1)
+    assert lat.shape == (4000, 200)
+    assert lat.std() == pytest.approx(2.5, rel=0.01)  # (E/100) * N(0, 1)
+    assert abs(lat.mean()) < 0.01
+
+
+def test_save_and_load_round_trip(nets, tmp_path):
+    gen, disc = nets
+    gpath = model.save_generator(gen, tmp_path / "g.keras")
+    dpath = model.save_discriminator(disc, tmp_path / "d.keras")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.keras", "g.keras"]  # no temp left
+    g2, d2 = model.load_generator(gpath), model.load_discriminator(dpath)
+    for a, b in zip(gen.weights + disc.weights, g2.weights + d2.weights):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    with pytest.raises(CheckpointError, match="does not exist"):
+        model.load_generator(tmp_path / "missing.keras")
+    (tmp_path / "bad.keras").write_text("not a zip")
+    with pytest.raises(CheckpointError, match="cannot load"):
+        model.load_generator(tmp_path / "bad.keras")
+    with pytest.raises(CheckpointError, match=".keras"):
+        model.save_generator(gen, tmp_path / "g.h5")
+
+
+def test_discriminate_rejects_wrong_shapes(nets):
+    with pytest.raises(ValueError, match="25, 25, 25"):
+        model.discriminate(nets[1], np.zeros((2, 25, 25)))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("jax") is None,
+                    reason="JAX is not installed here; the accelerator machines have it")
+def test_saved_generator_loads_under_jax(nets, tmp_path):
+    gen, _ = nets
+    path = model.save_generator(gen, tmp_path / "g.keras")
+    expected = model.generate_showers(gen, [50.0, 300.0], seed=2)
+    np.save(tmp_path / "expected.npy", expected)
+    code = textwrap.dedent(f"""
+        import numpy as np
+        from gan3d import model
+        import keras
+        assert keras.backend.backend() == "jax"
+        got = model.generate_showers(model.load_generator({str(path)!r}), [50.0, 300.0], seed=2)
+        np.testing.assert_allclose(got, np.load({str(tmp_path / "expected.npy")!r}), rtol=1e-4, atol=1e-6)
+    """)
+    env = dict(os.environ, KERAS_BACKEND="jax")
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=300)
