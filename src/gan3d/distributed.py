@@ -172,6 +172,7 @@ def launch(np: int, argv: Sequence[str], *, timeout: float | None = None,
         reader.join(5)
         raise
     reader.join(5)
+    proc.stdout.close()
     output = "".join(lines)
     if proc.returncode != 0:
         rank, message = _failing_rank(output)

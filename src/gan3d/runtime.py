@@ -40,10 +40,6 @@ PROCESS_DEFAULTS = {
     "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
     "TF_CPP_MIN_LOG_LEVEL": "2",
     "KERAS_BACKEND": "tensorflow",
-    # Open MPI 5 otherwise tries every network interface, which is slow and noisy in containers.
-    "OMPI_MCA_btl_tcp_if_include": "lo",
-    "OMPI_MCA_oob_tcp_if_include": "lo",
-    "PRTE_MCA_oob_tcp_if_include": "lo",
 }
 
 

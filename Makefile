@@ -1,0 +1,37 @@
+# gan3d: the two commands of the README, and a few conveniences.
+#   make figures   regenerate every figure of the study (quick profile by default)
+#   make test      run the whole test suite (multi-process Horovod and every notebook included)
+# Both build the pinned environment (.venv) first if it is missing or out of date.
+
+PROFILE ?= quick
+ARGS ?=
+PY := .venv/bin/python
+
+.PHONY: env figures test test-fast lab bench doctor clean
+
+env:
+	@bash tools/bootstrap.sh
+
+figures: env
+	$(PY) -m gan3d reproduce --profile $(PROFILE) $(ARGS)
+
+test: env
+	$(PY) -m pytest $(ARGS)
+
+test-fast: env
+	$(PY) -m pytest -m "not slow" $(ARGS)
+
+lab: env
+	$(PY) -m gan3d lab
+
+doctor: env
+	$(PY) -m gan3d doctor
+
+bench: env
+	$(PY) bench/bench_data.py
+	$(PY) bench/bench_allreduce.py
+	$(PY) bench/bench_training.py
+	$(PY) bench/bench_inference.py
+
+clean:
+	rm -rf results .pytest_cache

@@ -1,0 +1,179 @@
+"""The ``gan3d`` command.
+
+    gan3d doctor                                  # is the environment complete?
+    gan3d data generate --profile quick           # synthetic showers in the CLIC schema
+    gan3d data check data/synthetic               # validate a folder of shower files
+    gan3d train --profile quick --workers 2       # launches 2 MPI ranks by itself
+    mpirun -np 4 gan3d train --profile paper      # or under any launcher (horovodrun too)
+    gan3d scale --profile quick                   # scaling experiments
+    gan3d reproduce --profile quick               # every figure of the study
+    gan3d lab                                     # JupyterLab on notebooks/ with the gan3d kernel
+
+Every subcommand that takes a configuration accepts ``--profile`` and any number of
+``--set section.key=value`` overrides; the resolved configuration is recorded in every output.
+Errors a user can cause print one line saying what to fix (exit status 2), not a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Sequence
+
+from . import __version__
+from .config import PROFILES, parse_overrides, resolve
+from .exceptions import Gan3dError
+
+__all__ = ["main", "build_parser"]
+
+
+def _add_config_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--profile", default="quick", choices=PROFILES,
+                   help="named settings: quick (2-core laptop) or paper (the paper's, for clusters)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override one setting, e.g. --set train.epochs=5 (repeatable)")
+
+
+def _config(args: argparse.Namespace, **extra):
+    overrides = parse_overrides(args.overrides)
+    overrides.update({k: v for k, v in extra.items() if v is not None})
+    return resolve(args.profile, overrides)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gan3d", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"gan3d {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    sub.add_parser("doctor", help="check the environment and say how to fix what is missing")
+
+    data = sub.add_parser("data", help="make or check shower files")
+    dsub = data.add_subparsers(dest="data_command", required=True)
+    gen = dsub.add_parser("generate", help="write synthetic showers in the CLIC HDF5 schema")
+    _add_config_args(gen)
+    gen.add_argument("--n-showers", type=int, help="number of showers (data.n_showers)")
+    gen.add_argument("--files", type=int, help="number of files (data.n_files)")
+    gen.add_argument("--seed", type=int, help="random seed (data.seed)")
+    gen.add_argument("--output", help="output folder (data.path)")
+    gen.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
+    chk = dsub.add_parser("check", help="validate every shower file in a folder")
+    chk.add_argument("folder")
+
+    train = sub.add_parser("train", help="train 3DGAN (data parallel with Horovod)")
+    _add_config_args(train)
+    train.add_argument("--workers", type=int, help="MPI ranks to launch on this machine "
+                       "(train.workers); ignored when already started by mpirun/horovodrun")
+    train.add_argument("--epochs", type=int, help="train.epochs")
+    train.add_argument("--output", help="train.output folder")
+    train.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
+
+    scale = sub.add_parser("scale", help="time training for several worker counts")
+    _add_config_args(scale)
+    scale.add_argument("--workers", help="comma-separated worker counts, e.g. 1,2,4")
+    scale.add_argument("--mode", choices=("weak", "strong"))
+    scale.add_argument("--output", help="scale.output folder")
+
+    rep = sub.add_parser("reproduce", help="run every notebook and regenerate every figure")
+    _add_config_args(rep)
+    rep.add_argument("--force", action="store_true", help="redo every step, even if up to date")
+    rep.add_argument("--only", action="append", default=None, metavar="NOTEBOOK",
+                     help="run only these notebooks (name or number, repeatable)")
+
+    lab = sub.add_parser("lab", help="open JupyterLab on notebooks/ with the gan3d kernel")
+    lab.add_argument("lab_args", nargs=argparse.REMAINDER)
+    return parser
+
+
+def _in_mpi_job() -> bool:
+    return any(k in os.environ for k in ("OMPI_COMM_WORLD_SIZE", "HOROVOD_SIZE", "PMI_SIZE"))
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    cfg = _config(args, **{"train.workers": args.workers, "train.epochs": args.epochs,
+                           "train.output": args.output})
+    if cfg.train.workers > 1 and not _in_mpi_job():
+        from .distributed import launch
+
+        argv = [sys.executable, "-m", "gan3d", *sys.argv[1:]]
+        launch(cfg.train.workers, argv)
+        return 0
+    from .distributed import guard
+    from .training import train
+
+    if _in_mpi_job():  # one rank of a job: any error ends the whole job at once
+        guard(train, cfg, resume=args.resume)
+    else:
+        train(cfg, resume=args.resume)
+    return 0
+
+
+def _cmd_scale(args: argparse.Namespace) -> int:
+    from .scaling import run
+
+    workers = None
+    if args.workers:
+        try:
+            workers = tuple(int(w) for w in args.workers.split(","))
+        except ValueError:
+            raise Gan3dError(f"--workers {args.workers!r}: give counts like 1,2,4") from None
+    run(_config(args), workers=workers, mode=args.mode, output=args.output)
+    return 0
+
+
+def _cmd_data(args: argparse.Namespace) -> int:
+    if args.data_command == "check":
+        from .datasets import check_files
+
+        problems = check_files(args.folder)
+        for p in problems:
+            print(f"problem: {p}")
+        print(f"{len(problems)} problem(s) found in {args.folder}")
+        return 1 if problems else 0
+    from .showers import generate_dataset
+
+    cfg = _config(args, **{"data.n_showers": args.n_showers, "data.n_files": args.files,
+                           "data.seed": args.seed, "data.path": args.output})
+    generate_dataset(cfg.data, progress=True, workers=args.workers)
+    return 0
+
+
+def _cmd_reproduce(args: argparse.Namespace) -> int:
+    from .pipeline import reproduce
+
+    summary = reproduce(args.profile, parse_overrides(args.overrides), force=args.force,
+                        only=args.only)
+    return 0 if summary.ok else 1
+
+
+def _cmd_lab(args: argparse.Namespace) -> int:
+    from .paths import repo_root
+    from .runtime import apply_process_defaults
+
+    apply_process_defaults()
+    os.execv(sys.executable, [sys.executable, "-m", "jupyterlab", "--notebook-dir",
+                              str(repo_root() / "notebooks"), *args.lab_args])
+    return 0  # pragma: no cover - execv does not return
+
+
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    from .doctor import report
+
+    return report()
+
+
+COMMANDS = {"doctor": _cmd_doctor, "data": _cmd_data, "train": _cmd_train, "scale": _cmd_scale,
+            "reproduce": _cmd_reproduce, "lab": _cmd_lab}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except Gan3dError as exc:
+        print(f"gan3d {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"gan3d {args.command}: interrupted", file=sys.stderr)
+        return 130

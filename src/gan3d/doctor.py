@@ -1,0 +1,166 @@
+"""``gan3d doctor``: what the environment has, and plainly what is wrong and how to fix it."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from . import __version__, runtime
+
+__all__ = ["collect", "report"]
+
+FIX_ENV = "rebuild the environment: `make env` (or `bash tools/bootstrap.sh`)"
+
+
+def _version(module: str) -> str | None:
+    try:
+        return getattr(importlib.import_module(module), "__version__", "?")
+    except Exception:  # noqa: BLE001 - any import failure means "not usable"
+        return None
+
+
+def _loaded_libmpi() -> list[str]:
+    """Paths of every libmpi mapped into this process (two distinct ones = two MPIs mixed)."""
+    paths = set()
+    try:
+        for line in Path("/proc/self/maps").read_text().splitlines():
+            part = line.split()[-1]
+            if "libmpi.so" in Path(part).name:
+                paths.add(str(Path(part).resolve()))
+    except OSError:
+        pass
+    return sorted(paths)
+
+
+def _horovod() -> dict:
+    try:
+        import horovod.tensorflow as hvd
+    except Exception as exc:  # noqa: BLE001
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    return {"version": importlib.import_module("horovod").__version__,
+            "tensorflow": True, "mpi": bool(hvd.mpi_built()), "gloo": bool(hvd.gloo_built())}
+
+
+def _mpi4py() -> dict:
+    try:
+        import mpi4py
+
+        mpi4py.rc.initialize = False  # only ask for the library, do not start MPI
+        mpi4py.rc.finalize = False
+        from mpi4py import MPI
+    except Exception as exc:  # noqa: BLE001
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    return {"version": mpi4py.__version__,
+            "library": MPI.Get_library_version().strip().splitlines()[0]}
+
+
+def _mpirun() -> dict:
+    path = shutil.which("mpirun", path=str(runtime.env_bin())) or shutil.which("mpirun")
+    if not path:
+        return {"error": "mpirun not found"}
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30,
+                             env=runtime.mpi_environment()).stdout.strip().splitlines()
+    except (OSError, subprocess.SubprocessError) as exc:
+        return {"path": path, "error": str(exc)}
+    return {"path": path, "version": out[0] if out else "?"}
+
+
+def _kernel() -> dict:
+    try:
+        from jupyter_client.kernelspec import KernelSpecManager
+
+        spec = KernelSpecManager().get_kernel_spec("gan3d")
+    except Exception as exc:  # noqa: BLE001
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    return {"python": spec.argv[0], "matches": Path(spec.argv[0]).resolve() ==
+            Path(sys.executable).resolve()}
+
+
+def _memory_gib() -> float | None:
+    try:
+        import psutil
+
+        return psutil.virtual_memory().total / 2**30
+    except ImportError:  # pragma: no cover
+        return None
+
+
+def collect() -> tuple[dict, list[str]]:
+    """Everything doctor reports, and the list of problems (each with its fix)."""
+    runtime.apply_process_defaults()
+    info = {
+        "gan3d": __version__,
+        "python": f"{platform.python_version()} ({sys.executable})",
+        "tensorflow": _version("tensorflow"),
+        "keras": _version("keras"),
+        "horovod": _horovod(),
+        "mpi4py": _mpi4py(),
+        "mpirun": _mpirun(),
+        "ipyparallel": _version("ipyparallel"),
+        "papermill": _version("papermill"),
+        "jupyterlab": _version("jupyterlab"),
+        "h5py": _version("h5py"),
+        "jupyter kernel 'gan3d'": _kernel(),
+        "cores": runtime.cpu_count(),
+        "memory_gib": round(_memory_gib() or 0, 1),
+        "libmpi loaded": _loaded_libmpi(),
+        "process settings": {k: os.environ.get(k) for k in runtime.PROCESS_DEFAULTS},
+    }
+    problems = []
+    if sys.version_info[:2] != (3, 11):
+        problems.append(f"Python {platform.python_version()}: gan3d is pinned to 3.11; {FIX_ENV}")
+    for name in ("tensorflow", "keras", "ipyparallel", "papermill", "h5py"):
+        if info[name] is None:
+            problems.append(f"{name} is not importable; {FIX_ENV}")
+    hvd = info["horovod"]
+    if "error" in hvd:
+        problems.append(f"Horovod is not importable ({hvd['error']}); {FIX_ENV}")
+    else:
+        missing = [k for k in ("mpi", "gloo") if not hvd[k]]
+        if missing:
+            problems.append(f"Horovod was built without {', '.join(missing).upper()}; {FIX_ENV}")
+    if "error" in info["mpi4py"]:
+        problems.append(f"mpi4py cannot load MPI ({info['mpi4py']['error']}); {FIX_ENV}")
+    if "error" in info["mpirun"]:
+        problems.append(f"mpirun: {info['mpirun']['error']}; {FIX_ENV}")
+    if len(info["libmpi loaded"]) > 1:
+        problems.append("two different MPI libraries are loaded ("
+                        + ", ".join(info["libmpi loaded"]) + "): remove the system MPI from "
+                        "LD_LIBRARY_PATH, or rebuild Horovod against one MPI; " + FIX_ENV)
+    kern = info["jupyter kernel 'gan3d'"]
+    if "error" in kern:
+        problems.append("the Jupyter kernel 'gan3d' is not registered; run `python -m ipykernel "
+                        "install --sys-prefix --name gan3d` in the environment, or " + FIX_ENV)
+    elif not kern["matches"]:
+        problems.append(f"the kernel 'gan3d' runs {kern['python']}, not this environment's "
+                        f"Python; {FIX_ENV}")
+    return info, problems
+
+
+def _fmt(value) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in value.items())
+    if isinstance(value, list):
+        return "; ".join(value) if value else "(none)"
+    return "NOT AVAILABLE" if value is None else str(value)
+
+
+def report() -> int:
+    """Print the report; exit status 0 when nothing is wrong, 1 otherwise."""
+    info, problems = collect()
+    width = max(len(k) for k in info)
+    for key, value in info.items():
+        print(f"{key:<{width}}  {_fmt(value)}")
+    if problems:
+        print(f"\n{len(problems)} problem(s):")
+        for p in problems:
+            print(f"  - {p}")
+        return 1
+    print("\nall good: Horovod has TensorFlow, MPI and Gloo; one MPI; kernel registered")
+    return 0

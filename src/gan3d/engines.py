@@ -1,0 +1,182 @@
+"""Horovod on ipyparallel MPI engines, from a notebook, that always cleans up.
+
+    from gan3d.engines import mpi_engines, train_on_engines
+
+    with mpi_engines(2) as cluster:                  # 2 engines = 2 ranks of one MPI job
+        ranks = cluster.run(some_function, arg)      # runs on every rank; results in rank order
+
+    result = train_on_engines(cfg, workers=2)        # rank 0's TrainResult as a dict
+
+Every engine is one MPI rank started by ``mpiexec``; ``hvd.init()`` inside a function joins that
+world. Every collective must run on all ranks, so :meth:`EngineCluster.run` always targets all of
+them. Rank 0's output is streamed while the function runs. If one rank raises, the others would
+wait forever in their next all-reduce: ``run`` notices the failed rank at once, raises
+:class:`~gan3d.exceptions.RankFailed` with that rank's error, and leaving the ``with`` block stops
+the whole cluster. Interrupting the cell (KeyboardInterrupt) does the same. No engine, controller or
+``mpiexec`` process outlives the block.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import time
+from typing import Any, Callable, Iterator
+
+from . import runtime
+from .exceptions import EnvironmentProblem, RankFailed
+
+__all__ = ["EngineCluster", "mpi_engines", "train_on_engines"]
+
+log = logging.getLogger(__name__)
+
+
+def _prepend_sys_path(path: str) -> None:
+    import sys as _sys
+
+    if path not in _sys.path:
+        _sys.path.insert(0, path)
+
+
+def _mpi_rank() -> int:
+    from mpi4py import MPI
+
+    return MPI.COMM_WORLD.Get_rank()
+
+
+class EngineCluster:
+    """A running ipyparallel cluster whose engines form one MPI job (see :func:`mpi_engines`)."""
+
+    def __init__(self, client, n: int):
+        self.client = client
+        self.n = n
+        ids = sorted(client.ids)
+        ranks = client[ids].apply_sync(_mpi_rank)
+        self.engine_of_rank = {r: e for r, e in zip(ranks, ids)}
+        if sorted(self.engine_of_rank) != list(range(n)):
+            raise EnvironmentProblem(f"engines report MPI ranks {sorted(ranks)}, expected 0..{n - 1}: "
+                                     "they were not started as one MPI job")
+
+    def add_import_path(self, path: str) -> None:
+        """Make modules in ``path`` importable on every engine (e.g. helpers next to a notebook)."""
+        self.client[:].apply_sync(_prepend_sys_path, str(path))
+
+    def run(self, fn: Callable, *args: Any, stream: bool = True, poll: float = 0.2,
+            timeout: float | None = None, **kwargs: Any) -> list[Any]:
+        """Call ``fn(*args, **kwargs)`` on every rank; return the results in rank order."""
+        pending = {r: self.client[e].apply_async(fn, *args, **kwargs)
+                   for r, e in self.engine_of_rank.items()}
+        shown = 0
+        start = time.monotonic()
+        while True:
+            if stream:
+                shown = self._stream(pending[0], shown)
+            for rank, ar in pending.items():
+                if ar.ready() and not ar.successful():
+                    if stream:
+                        self._stream(pending[0], shown)
+                    raise RankFailed(rank, _remote_error(ar))
+            if all(ar.ready() for ar in pending.values()):
+                break
+            if timeout is not None and time.monotonic() - start > timeout:
+                raise TimeoutError(f"ranks still running after {timeout:.0f} s")
+            time.sleep(poll)
+        if stream:
+            self._stream(pending[0], shown)
+        return [pending[r].get() for r in sorted(pending)]
+
+    @staticmethod
+    def _stream(ar, shown: int) -> int:
+        text = ar.stdout or ""
+        if isinstance(text, list):  # older ipyparallel: one entry per engine
+            text = "".join(text)
+        if len(text) > shown:
+            sys.stdout.write(text[shown:])
+            sys.stdout.flush()
+        return len(text)
+
+
+def _remote_error(ar) -> str:
+    try:
+        ar.get(0)
+    except Exception as exc:  # noqa: BLE001 - RemoteError or engine death
+        ename = getattr(exc, "ename", type(exc).__name__)
+        evalue = getattr(exc, "evalue", str(exc))
+        return f"{ename}: {evalue}"
+    return "unknown error"
+
+
+def _own_processes():
+    import psutil
+
+    return {p.pid: p for p in psutil.Process().children(recursive=True)}
+
+
+@contextlib.contextmanager
+def mpi_engines(n: int, *, timeout: float = 180.0) -> Iterator[EngineCluster]:
+    """Start an ipyparallel controller and ``n`` engines as one MPI job; stop them on exit.
+
+    The package's Open MPI settings apply (root, yielding, loopback); binding is left to the OS
+    because ipyparallel starts one engine per slot and more engines than cores are allowed.
+    """
+    import ipyparallel as ipp
+
+    if n < 1:
+        raise ValueError("need at least one engine")
+    runtime.apply_process_defaults()
+    os.environ.setdefault("IPP_NONINTERACTIVE", "1")
+    before = set(_own_processes())
+    cluster = ipp.Cluster(engines="mpi", n=n, log_level=logging.ERROR,
+                          controller_args=["--log-level=ERROR"])
+    mpiexec = str(runtime.env_bin() / "mpiexec")
+    cluster.config.MPILauncher.mpi_cmd = [mpiexec]
+    extra = ["--map-by", ":OVERSUBSCRIBE"] if n > runtime.cpu_count() else []
+    cluster.config.MPILauncher.mpi_args = ["--bind-to", "none", *extra]
+    cluster.config.MPIEngineSetLauncher.engine_args = ["--log-level=ERROR"]
+    cluster.engine_timeout = timeout
+    client = None
+    try:
+        client = cluster.start_and_connect_sync(n=n)
+        yield EngineCluster(client, n)
+    finally:
+        _shutdown(cluster, client, before)
+
+
+def _shutdown(cluster, client, before: set[int]) -> None:
+    """Stop engines and controller; kill whatever the cluster started and is still alive."""
+    import psutil
+
+    with contextlib.suppress(Exception):
+        if client is not None:
+            client.close()
+    with contextlib.suppress(Exception):
+        cluster.stop_cluster_sync()
+    leftovers = [p for pid, p in _own_processes().items() if pid not in before]
+    for p in leftovers:
+        with contextlib.suppress(psutil.Error):
+            p.terminate()
+    _, alive = psutil.wait_procs(leftovers, timeout=5)
+    for p in alive:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+
+
+def _train_rank(cfg_dict: dict, resume: bool) -> dict:
+    """Runs on each engine: one rank of the training."""
+    from gan3d.config import from_dict
+    from gan3d.training import train
+
+    return train(from_dict(cfg_dict), resume=resume).to_dict()
+
+
+def train_on_engines(cfg, workers: int | None = None, *, resume: bool = False) -> dict:
+    """Train on ``workers`` MPI engines (default ``cfg.train.workers``); rank 0's result dict."""
+    from .config import to_dict
+
+    workers = workers or cfg.train.workers
+    cfg = cfg.replace(**{"train.workers": workers})
+    with mpi_engines(workers) as cluster:
+        results = cluster.run(_train_rank, to_dict(cfg), resume)
+    return results[0]

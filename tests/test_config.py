@@ -1,0 +1,73 @@
+"""Configuration: profiles, the one validated override path, round trips."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gan3d.config import Config, from_dict, parse_overrides, resolve, to_dict
+from gan3d.exceptions import ConfigError
+
+
+def test_profiles_differ_where_the_paper_says():
+    quick, paper = resolve("quick"), resolve("paper")
+    assert (paper.train.batch_size, paper.train.epochs) == (512, 40)
+    assert (paper.data.n_showers, paper.data.n_files) == (200_000, 80)
+    assert paper.data.test_fraction == pytest.approx(0.1)
+    assert paper.train.eval_mode == "serial"  # the paper evaluated on one GPU
+    assert quick.data.n_showers < paper.data.n_showers and quick.train.batch_size < 512
+
+
+def test_overrides_are_typed_and_applied():
+    cfg = resolve("quick", {"train.epochs": 5, "train.loss_weights": [8, 0.2, 0.1],
+                            "scale.workers": [1, 2, 4], "train.learning_rate": 2})
+    assert cfg.train.epochs == 5
+    assert cfg.train.loss_weights == (8.0, 0.2, 0.1)
+    assert cfg.scale.workers == (1, 2, 4)
+    assert isinstance(cfg.train.learning_rate, float)
+
+
+@pytest.mark.parametrize("key,value,words", [
+    ("train.epoch", 3, ["train.epoch", "epochs"]),           # typo: lists the real keys
+    ("training.epochs", 3, ["training.epochs", "train"]),    # unknown section
+    ("train.epochs", "3", ["train.epochs", "int"]),          # wrong type
+    ("train.epochs", 2.5, ["train.epochs", "int"]),
+    ("train.scale_lr", 1, ["train.scale_lr", "bool"]),
+    ("train.eval_mode", "fast", ["train.eval_mode", "'serial'", "'distributed'"]),
+    ("train.loss_weights", [1, 2], ["train.loss_weights", "3"]),
+    ("train.epochs", 0, ["train.epochs", "at least 1"]),     # impossible value
+    ("data.energy_min", 600.0, ["energy_min"]),
+])
+def test_bad_overrides_name_the_key_and_the_allowed_values(key, value, words):
+    with pytest.raises(ConfigError) as err:
+        resolve("quick", {key: value})
+    for w in words:
+        assert w in str(err.value)
+
+
+def test_unknown_profile():
+    with pytest.raises(ConfigError, match="quick, paper"):
+        resolve("huge")
+
+
+def test_parse_overrides_reads_yaml_values():
+    assert parse_overrides(["train.epochs=3", "scale.workers=[1, 2]", "data.path=/x y"]) == {
+        "train.epochs": 3, "scale.workers": [1, 2], "data.path": "/x y"}
+    with pytest.raises(ConfigError, match="section.key=value"):
+        parse_overrides(["epochs"])
+
+
+def test_config_is_frozen_and_round_trips_through_json():
+    cfg = resolve("paper", {"train.epochs": 7})
+    with pytest.raises(AttributeError):
+        cfg.train.epochs = 1  # type: ignore[misc]
+    again = from_dict(json.loads(json.dumps(to_dict(cfg))))
+    assert again == cfg and isinstance(again, Config)
+
+
+def test_replace_goes_through_validation():
+    cfg = resolve("quick")
+    assert cfg.replace(**{"train.workers": 3}).train.workers == 3
+    with pytest.raises(ConfigError):
+        cfg.replace(**{"train.workers": 0})
