@@ -102,6 +102,21 @@ def git_commit(cwd: str | os.PathLike | None = None) -> str | None:
     return sha + ("-dirty" if dirty else "")
 
 
+def _version(module: str) -> str | None:
+    """Version of ``module`` without importing it (importing TensorFlow takes ~15 s)."""
+    import sys
+    from importlib import metadata
+
+    if module in sys.modules:
+        return getattr(sys.modules[module], "__version__", "?")
+    for dist in (module, f"{module}-cpu"):  # tensorflow ships as tensorflow-cpu here
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
 def provenance(extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """Who made a result: package version, commit, machine, time (UTC), key library versions."""
     from . import __version__
@@ -109,11 +124,9 @@ def provenance(extra: dict[str, Any] | None = None) -> dict[str, Any]:
 
     versions = {}
     for name in ("numpy", "h5py", "tensorflow", "keras", "horovod", "mpi4py", "matplotlib"):
-        try:
-            mod = __import__(name)
-            versions[name] = getattr(mod, "__version__", "?")
-        except Exception:  # noqa: BLE001 - an absent optional library is simply not listed
-            continue
+        version = _version(name)
+        if version:  # an absent optional library is simply not listed
+            versions[name] = version
     info = {
         "gan3d": __version__,
         "commit": git_commit(),
