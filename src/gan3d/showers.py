@@ -1,0 +1,485 @@
+"""Synthetic electron showers in the CLIC silicon-tungsten ECAL, from the GFLASH parametrisation.
+
+The real 3DGAN data (Geant4 showers of the CLIC ECAL) cannot be downloaded here, so the package
+makes its own: a vectorised NumPy version of the Grindhammer-Peters parametrisation (GFLASH) on
+the 25 x 25 x 25 cell grid of the real files, fast enough to write the paper's 200,000 showers in
+minutes. Each shower is built in four steps:
+
+1. **Longitudinal profile.** A gamma distribution in depth t (radiation lengths) whose depth of
+   maximum T and shape alpha are drawn per shower from a correlated normal in (ln T, ln alpha),
+   with the GFLASH sampling-calorimeter means, widths and correlation. The energy of a layer is
+   a difference of regularised incomplete gamma functions; what passes the 23 X0 leaks out.
+2. **Layer structure.** 17 layers of 2.4 mm W then 8 layers of 4.8 mm W, each with 0.5 mm of
+   silicon. Depth is counted in the effective radiation length of each section; the back section
+   has twice the tungsten for the same silicon, hence half the sampling fraction.
+3. **Radial profile.** A core plus a tail, f(r) ~ 2 r R^2 / (r^2 + R^2)^2, whose radii and core
+   weight evolve with depth relative to the shower's centre of gravity. The share of such a
+   profile landing in each cell has a closed form; it is tabulated once on a grid of radii and
+   interpolated, so the mean shower is a few array operations.
+4. **Sampling fluctuations.** Per cell, n ~ Poisson(mean / quantum) visible quanta, each of
+   Gamma-distributed size, so that the visible energy fluctuates with the stochastic term
+   ``RESOLUTION / sqrt(E)`` and the cell spectrum stays continuous. Cells below 1e-6 GeV are
+   zeroed, as the reference trainer does.
+
+Tuned constants (everything else is GFLASH or material data):
+
+* ``SAMPLING_FRONT`` - visible fraction of the energy deposited in a front layer. Tuned so that
+  the mean ECAL sum / primary energy follows the published 3DGAN fit of the real data
+  (:func:`sampling_fraction_fit`) within a few per cent over 10-500 GeV; the fall of the
+  sampling fraction with energy is not tuned, it comes out of leakage and the deeper showers.
+* ``BACK_TO_FRONT`` - ratio of back to front sampling fraction, 0.5 from the layer structure
+  (twice the tungsten, same silicon); kept, not tuned.
+* ``RESOLUTION`` - stochastic term of the visible-energy resolution, 17 %/sqrt(E/GeV), the
+  value usually quoted for Si-W sampling; it sets the size of the visible quantum.
+* ``QUANTUM_SHAPE`` - shape of the Gamma distribution of one quantum's energy (1 = exponential):
+  a guess that gives a smooth cell spectrum; the resolution accounts for its extra variance.
+
+Units: energies in GeV, depths in radiation lengths (X0), radii in Moliere radii or in cells
+(pitch 5.1 mm) as named. Arrays of showers are float32 (N, 25, 25, 25) with depth last.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+from scipy import special
+
+__all__ = [
+    "GENERATOR_VERSION", "N_CELLS", "N_LAYERS", "PITCH_MM", "THRESHOLD_GEV",
+    "Medium", "effective_medium", "calorimeter", "sampling_fraction_fit", "profile_parameters",
+    "layer_fractions", "radial_parameters", "cell_fractions", "mean_deposits", "fluctuate",
+    "generate", "generator_parameters", "generate_dataset",
+]
+
+GENERATOR_VERSION = 1  # bump whenever generated showers change, so that stale data are remade
+N_CELLS = 25  # cells per side of the transverse window
+N_LAYERS = 25
+PITCH_MM = 5.1  # silicon pad size
+THRESHOLD_GEV = 1e-6  # cells below are zero, as in the reference trainer
+
+# Layer structure of the CLIC ECAL (absorber then silicon in every layer).
+FRONT_LAYERS, FRONT_W_MM = 17, 2.4
+BACK_LAYERS, BACK_W_MM = 8, 4.8
+SILICON_MM = 0.5
+
+# Tuned constants (see the module docstring for why each has its value).
+SAMPLING_FRONT = 0.0238
+BACK_TO_FRONT = 0.5
+RESOLUTION = 0.17  # GeV^0.5
+QUANTUM_SHAPE = 1.0
+
+_SMALL_MEAN = np.float32(2.0)  # Poisson means above this go to NumPy
+CHUNK = 128  # showers per vectorised block: about 50 MB of temporaries, flat in N
+
+# Material data (PDG): Z, radiation length (mm), critical energy for electrons (MeV).
+_W = (74.0, 3.504, 7.97)
+_SI = (14.0, 93.7, 40.19)
+_DENSITY = {"W": 19.3, "Si": 2.33}  # g/cm3
+_ES_MEV = 21.2  # scale energy of multiple scattering
+
+
+@dataclass(frozen=True)
+class Medium:
+    """GFLASH effective medium of one absorber+silicon layer (lengths in mm, energies in MeV)."""
+
+    x0_mm: float
+    rm_mm: float
+    ec_mev: float
+    z: float
+    fs: float  # layer thickness in units of X0_eff
+    ehat: float  # e/mip ratio
+
+
+def effective_medium(d_abs_mm: float, d_act_mm: float = SILICON_MM) -> Medium:
+    """The GFLASH (Geant4) effective medium of ``d_abs_mm`` tungsten plus ``d_act_mm`` silicon.
+
+    As in Geant4's GFlashSamplingShowerParameterisation, X0 enters Rm and Ec in mm, which is
+    the convention the GFLASH sampling constants were fitted with.
+    """
+    m_w, m_si = d_abs_mm * _DENSITY["W"], d_act_mm * _DENSITY["Si"]
+    w_w, w_si = m_w / (m_w + m_si), m_si / (m_w + m_si)  # mass fractions
+    rho = (m_w + m_si) / (d_abs_mm + d_act_mm)
+    x0 = 1.0 / (w_w * rho / (_W[1] * _DENSITY["W"]) + w_si * rho / (_SI[1] * _DENSITY["Si"]))
+    ec_over_x0 = w_w * _W[2] / _W[1] + w_si * _SI[2] / _SI[1]
+    return Medium(x0_mm=x0, rm_mm=_ES_MEV / ec_over_x0, ec_mev=x0 * ec_over_x0,
+                  z=w_w * _W[0] + w_si * _SI[0], fs=x0 / (d_abs_mm + d_act_mm),
+                  ehat=1.0 / (1.0 + 0.007 * (_W[0] - _SI[0])))
+
+
+@functools.cache
+def calorimeter() -> dict:
+    """Geometry in the units the parametrisation needs (cached).
+
+    Returns ``medium`` (front section, used for the shower shape), ``edges`` (26,) layer
+    boundaries in X0, ``mid`` (25,) layer centres in X0, ``sampling`` (25,) visible fraction of
+    the deposited energy, ``rm_cells`` (25,) Moliere radius in cells, per layer.
+    """
+    front, back = effective_medium(FRONT_W_MM), effective_medium(BACK_W_MM)
+    thick = np.r_[np.full(FRONT_LAYERS, (FRONT_W_MM + SILICON_MM) / front.x0_mm),
+                  np.full(BACK_LAYERS, (BACK_W_MM + SILICON_MM) / back.x0_mm)]
+    edges = np.r_[0.0, np.cumsum(thick)]
+    sampling = np.r_[np.full(FRONT_LAYERS, SAMPLING_FRONT),
+                     np.full(BACK_LAYERS, SAMPLING_FRONT * BACK_TO_FRONT)]
+    rm = np.r_[np.full(FRONT_LAYERS, front.rm_mm), np.full(BACK_LAYERS, back.rm_mm)] / PITCH_MM
+    return {"medium": front, "edges": edges, "mid": 0.5 * (edges[1:] + edges[:-1]),
+            "sampling": sampling, "rm_cells": rm}
+
+
+def sampling_fraction_fit(energy_gev) -> np.ndarray:
+    """The published 3DGAN fit of ECAL sum / primary energy of the real CLIC data.
+
+    ``energy_gev`` (...) GeV; returns a dimensionless array of the same shape: 0.0218 at 10 GeV
+    falling to 0.0181 at 500 GeV. (The trainer's ECAL-sum target for fake showers.)
+    """
+    x = np.asarray(energy_gev, dtype=np.float64) / 100.0
+    return np.polyval([0.0018, -0.023, 0.11, -0.28, 2.21], x) / 100.0
+
+
+def _mean_log_params(energy_gev: np.ndarray, med: Medium):
+    """GFLASH sampling-calorimeter means, widths and correlation of (ln T, ln alpha)."""
+    lny = np.log(energy_gev * 1e3 / med.ec_mev)
+    t_hom = lny - 0.812
+    a_hom = 0.81 + (0.458 + 2.26 / med.z) * lny
+    mean_lt = np.log(t_hom - 0.55 / med.fs - 0.69 * (1 - med.ehat))
+    mean_la = np.log(a_hom - 0.476 / med.fs)
+    sig_lt = np.minimum(0.5, 1.0 / (-2.5 + 1.25 * lny))
+    sig_la = np.minimum(0.5, 1.0 / (-0.82 + 0.79 * lny))
+    rho = 0.784 - 0.023 * lny
+    return mean_lt, mean_la, sig_lt, sig_la, rho
+
+
+def profile_parameters(energy_gev, rng: np.random.Generator) -> dict:
+    """Draw each shower's longitudinal shape: correlated (ln T, ln alpha) as in GFLASH.
+
+    ``energy_gev`` (N,) GeV. Returns (N,) float64 arrays ``T`` (depth of maximum, X0),
+    ``alpha``, ``beta`` (1/X0) and ``mean_alpha`` (exp <ln alpha>, for the radial depth scale).
+    """
+    e = np.asarray(energy_gev, dtype=np.float64)
+    mean_lt, mean_la, sig_lt, sig_la, rho = _mean_log_params(e, calorimeter()["medium"])
+    z1, z2 = rng.standard_normal((2, e.size))
+    c1, c2 = np.sqrt((1 + rho) / 2), np.sqrt((1 - rho) / 2)
+    t_max = np.maximum(np.exp(mean_lt + sig_lt * (c1 * z1 + c2 * z2)), 1.0)
+    alpha = np.maximum(np.exp(mean_la + sig_la * (c1 * z1 - c2 * z2)), 1.1)
+    return {"T": t_max, "alpha": alpha, "beta": (alpha - 1) / t_max, "mean_alpha": np.exp(mean_la)}
+
+
+def layer_fractions(alpha, beta) -> tuple[np.ndarray, np.ndarray]:
+    """Share of each shower's energy deposited in each layer, and the share leaking out the back.
+
+    ``alpha``, ``beta`` (N,). Returns ``fractions`` (N, 25) and ``leakage`` (N,); per shower
+    they sum to 1 (energy conservation before sampling).
+    """
+    edges = calorimeter()["edges"]
+    cdf = special.gammainc(np.asarray(alpha)[:, None], np.asarray(beta)[:, None] * edges)
+    return np.diff(cdf, axis=1), 1.0 - cdf[:, -1]
+
+
+def radial_parameters(energy_gev, tau) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """GFLASH core radius, tail radius (Moliere radii) and core weight at relative depth ``tau``.
+
+    ``energy_gev`` broadcastable against ``tau`` (e.g. (N, 1) and (N, 25)); homogeneous values
+    plus the sampling-calorimeter corrections. Returns three arrays of the broadcast shape.
+    """
+    med = calorimeter()["medium"]
+    z, lne, tau = med.z, np.log(energy_gev), np.asarray(tau)
+    r_core = 0.0251 + 0.00319 * lne + (0.1162 - 0.000381 * z) * tau
+    k4 = 0.3585 + 0.0412 * lne
+    r_tail = (0.659 - 0.00309 * z) * (np.exp(-2.59 * (tau - 0.645)) + np.exp(k4 * (tau - 0.645)))
+    p3 = 1.313 - 0.0686 * lne
+    u = (0.401 + 0.00187 * z - tau) / p3
+    p_core = (2.632 - 0.00094 * z) * np.exp(u - np.exp(u))
+    g = np.exp(-tau) / med.fs
+    r_core = r_core - 0.0203 * (1 - med.ehat) + 0.0397 * g
+    r_tail = r_tail - 0.14 * (1 - med.ehat) - 0.495 * g
+    p_core = p_core + (1 - med.ehat) * (0.348 - 0.642 * np.exp(-((tau - 1) ** 2)) / med.fs)
+    # Far from the fitted range the corrections can push radii to zero: keep them physical.
+    r_core = np.maximum(r_core, 0.01)
+    return r_core, np.maximum(r_tail, r_core), np.clip(p_core, 0.0, 1.0)
+
+
+def _square_cdf(x, y, r):
+    """Mass of the profile 2 r R^2/(r^2+R^2)^2 in the quadrant [0, x] x [0, y] (signed x, y)."""
+    a, b = np.sqrt(x * x + r * r), np.sqrt(y * y + r * r)
+    return (x / a * np.arctan(y / a) + y / b * np.arctan(x / b)) / (2 * np.pi)
+
+
+@functools.cache
+def _fraction_table() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Cell fractions (n_r, 25, 25) for radii on a log grid (cells), with their differences."""
+    log_r = np.linspace(np.log(1e-3), np.log(200.0), 512)
+    r = np.exp(log_r)[:, None, None]
+    e = np.arange(N_CELLS + 1) - N_CELLS / 2  # cell edges, shower axis at the grid centre
+    corners = _square_cdf(e[None, :, None], e[None, None, :], r)
+    table = np.diff(np.diff(corners, axis=1), axis=2).astype(np.float32)
+    return log_r, table, np.diff(table, axis=0, append=table[-1:])
+
+
+def cell_fractions(radius_cells) -> np.ndarray:
+    """Share of a core or tail component of radius ``radius_cells`` (...) in each cell.
+
+    Returns (..., 25, 25) float32; the sum over cells is the component's containment in the
+    25 x 25 window (< 1). Interpolated linearly in ln R from a table of the closed form.
+    """
+    log_r, table, delta = _fraction_table()
+    step = log_r[1] - log_r[0]
+    x = np.clip((np.log(radius_cells) - log_r[0]) / step, 0.0, len(log_r) - 1.0)
+    i = np.minimum(x.astype(np.intp), len(log_r) - 2)
+    w = (x - i).astype(np.float32)[..., None, None]
+    return table[i] + w * delta[i]
+
+
+def mean_deposits(energy_gev, rng: np.random.Generator) -> dict:
+    """Mean deposited energy per cell of showers with freshly drawn shapes (no sampling yet).
+
+    ``energy_gev`` (N,). Returns ``cells`` float32 (N, 25, 25, 25) deposited GeV, ``leak_back``
+    and ``leak_side`` (N,) GeV: energy out of the back and out of the 25 x 25 window, so that
+    cells + leak_back + leak_side = energy.
+    """
+    e = np.asarray(energy_gev, dtype=np.float64)
+    geo = calorimeter()
+    shape = profile_parameters(e, rng)
+    frac, leak = layer_fractions(shape["alpha"], shape["beta"])
+    # Depth relative to the centre of gravity, scaled to the mean shower's T (Geant4 GFLASH).
+    cog = (shape["alpha"] / shape["beta"])[:, None]
+    tau = geo["mid"][None, :] / cog * (shape["mean_alpha"] / (shape["mean_alpha"] - 1))[:, None]
+    r_core, r_tail, p_core = radial_parameters(e[:, None], tau)
+    layer_e = (e[:, None] * frac).astype(np.float32)  # (N, 25)
+    core = cell_fractions(r_core * geo["rm_cells"])  # (N, 25, 25, 25) layer-first
+    tail = cell_fractions(r_tail * geo["rm_cells"])
+    core *= (layer_e * p_core)[..., None, None]
+    tail *= (layer_e * (1 - p_core))[..., None, None]
+    core += tail
+    cells = np.moveaxis(core, 1, -1)  # depth last, as in the real files
+    return {"cells": cells, "leak_back": e * leak,
+            "leak_side": layer_e.sum(axis=1, dtype=np.float64) - cells.sum(axis=(1, 2, 3), dtype=np.float64)}
+
+
+def _poisson(lam: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Poisson draws for a flat float32 array of means; exact, and fast when most means are tiny.
+
+    NumPy's sampler costs about 80 ns a draw here; most cells have means far below 1, so they
+    are drawn by inverting the CDF on one uniform (n = 0 unless u passes e^-lam, then up the
+    CDF), and only the few large means go to NumPy.
+    """
+    n = np.zeros(lam.shape, dtype=np.int64)
+    big = np.flatnonzero(lam > _SMALL_MEAN)
+    n[big] = rng.poisson(lam[big])
+    # v = exp(-x) with x ~ Exp(1) is uniform, and n = 0 exactly when v < exp(-lam), i.e. x > lam:
+    # one cheap comparison for every cell, exponentials only for the few with n >= 1.
+    x = rng.standard_exponential(lam.shape, dtype=np.float32)
+    x[big] = np.inf  # already drawn
+    idx = np.flatnonzero(x < lam)
+    lam = lam[idx]
+    u, pk = np.exp(-x[idx]), np.exp(-lam)
+    cdf, k = pk.copy(), 0
+    while idx.size:
+        k += 1
+        pk *= lam / k
+        cdf += pk
+        more = u > cdf
+        n[idx[~more]] = k
+        idx, lam, u, pk, cdf = idx[more], lam[more], u[more], pk[more], cdf[more]
+        if k > 60:  # float32 round-off left u above a CDF of ~1: draw the rest exactly
+            n[idx] = rng.poisson(lam)
+            break
+    return n
+
+
+def fluctuate(mean_visible, rng: np.random.Generator) -> np.ndarray:
+    """Sampling fluctuations of visible cell energies; ``mean_visible`` (...) GeV, same shape out.
+
+    n ~ Poisson(mean / q) quanta per cell, each of energy Gamma(QUANTUM_SHAPE) with mean q, so
+    that the variance is ``RESOLUTION**2 * SAMPLING_FRONT`` x mean for any quantum shape; cells
+    under ``THRESHOLD_GEV`` are zeroed. Returns float32.
+    """
+    k = QUANTUM_SHAPE
+    quantum = RESOLUTION**2 * SAMPLING_FRONT / (1 + 1 / k)  # visible GeV per quantum
+    mean = np.asarray(mean_visible, dtype=np.float32)
+    n = _poisson(mean.ravel() / np.float32(quantum), rng)
+    out = np.zeros(mean.size, dtype=np.float32)
+    hit = np.flatnonzero(n)
+    out[hit] = rng.standard_gamma(k * n[hit]) * (quantum / k)
+    out[out < THRESHOLD_GEV] = 0.0
+    return out.reshape(mean.shape)
+
+
+def generate(energies, seed=None, *, rng: np.random.Generator | None = None) -> np.ndarray:
+    """Showers for primary energies ``energies`` (N,) GeV: float32 (N, 25, 25, 25) visible GeV.
+
+    Deterministic for a given ``seed`` (or pass a NumPy ``rng``). Works in blocks of ``CHUNK``
+    showers so that memory stays flat whatever N.
+    """
+    e = np.atleast_1d(np.asarray(energies, dtype=np.float64))
+    if e.ndim != 1 or not np.all(np.isfinite(e)) or np.any(e <= 0.1):
+        raise ValueError("energies must be a 1-D array of finite primary energies above 0.1 GeV")
+    rng = rng if rng is not None else np.random.default_rng(seed)
+    out = np.empty((e.size, N_CELLS, N_CELLS, N_LAYERS), dtype=np.float32)
+    sampling = calorimeter()["sampling"].astype(np.float32)
+    for lo in range(0, e.size, CHUNK):
+        cells = mean_deposits(e[lo:lo + CHUNK], rng)["cells"]
+        cells *= sampling  # visible = deposited x sampling fraction of the layer (depth last)
+        out[lo:lo + CHUNK] = fluctuate(cells, rng)
+    return out
+
+
+def generator_parameters() -> dict:
+    """Everything that determines the generated showers (recorded in data manifests)."""
+    return {"version": GENERATOR_VERSION, "sampling_front": SAMPLING_FRONT,
+            "back_to_front": BACK_TO_FRONT, "resolution": RESOLUTION,
+            "quantum_shape": QUANTUM_SHAPE, "threshold_gev": THRESHOLD_GEV,
+            "pitch_mm": PITCH_MM, "layers": [[FRONT_LAYERS, FRONT_W_MM], [BACK_LAYERS, BACK_W_MM]],
+            "silicon_mm": SILICON_MM, "chunk": CHUNK}
+
+
+# ---------------------------------------------------------------------------------------------
+# Data sets on disk: files in the real schema, written in parallel, with a manifest
+
+_BLOCK = 512  # showers generated and written at a time inside one file
+_COUNTER = None  # showers done, shared with the parent's progress bar (set in workers)
+
+
+def _file_names(n_files: int) -> list[str]:
+    """``EleEscan_1_001.h5``...: zero-padded so that sorted order is generation order."""
+    width = max(3, len(str(n_files)))
+    return [f"EleEscan_1_{j:0{width}d}.h5" for j in range(1, n_files + 1)]
+
+
+def _make_file(task: tuple) -> dict:
+    """Write one file of the data set (runs in a worker); returns its manifest entry."""
+    from .datasets import sha256, shower_file
+
+    path, n, seed, index, e_min, e_max = task
+    rng = np.random.default_rng([seed, index])  # per file: output independent of worker count
+    # Round to float32 first so the stored label is exactly the energy the shower was made with.
+    energies = rng.uniform(e_min, e_max, n).astype(np.float32)
+    with shower_file(path, n) as f:
+        f["target"][:, 1] = energies
+        for lo in range(0, n, _BLOCK):
+            f["ECAL"][lo:lo + _BLOCK] = generate(energies[lo:lo + _BLOCK], rng=rng)
+            if _COUNTER is not None:
+                with _COUNTER.get_lock():
+                    _COUNTER.value += min(_BLOCK, n - lo)
+    return {"name": Path(path).name, "n_showers": n, "bytes": Path(path).stat().st_size,
+            "sha256": sha256(path)}
+
+
+def _init_worker(counter) -> None:
+    global _COUNTER
+    _COUNTER = counter
+
+
+def _run_tasks(tasks: list[tuple], workers: int, total: int, progress: bool) -> list[dict]:
+    """Run ``_make_file`` over ``tasks`` on ``workers`` processes with one progress bar."""
+    import multiprocessing as mp
+
+    from tqdm.auto import tqdm
+
+    # fork is cheapest and needs no import guard in the caller's script, but forking a process
+    # that runs TensorFlow's thread pools can deadlock the children: spawn then.
+    ctx = mp.get_context("spawn" if "tensorflow" in sys.modules else "fork")
+    counter = ctx.Value("q", 0)
+    with tqdm(total=total, unit="shower", disable=not progress, desc="showers") as bar:
+        if workers == 1:
+            _init_worker(counter)
+            try:
+                out = []
+                for task in tasks:
+                    out.append(_make_file(task))
+                    bar.update(counter.value - bar.n)
+                return out
+            finally:
+                _init_worker(None)
+        with ctx.Pool(workers, initializer=_init_worker, initargs=(counter,)) as pool:
+            result = pool.map_async(_make_file, tasks, chunksize=1)
+            while not result.ready():
+                result.wait(0.5)
+                bar.update(counter.value - bar.n)
+            out = result.get()  # re-raises a worker's exception here
+            bar.update(total - bar.n)
+            return out
+
+
+def _intact(folder: Path, manifest: dict) -> bool:
+    return all((folder / e["name"]).is_file() and (folder / e["name"]).stat().st_size == e["bytes"]
+               for e in manifest.get("files", []))
+
+
+def generate_dataset(data_cfg, *, progress: bool = True, workers: int | None = None) -> dict:
+    """Write ``data_cfg.n_showers`` showers into ``data_cfg.n_files`` files under ``data_cfg.path``.
+
+    Energies are uniform in [energy_min, energy_max] GeV; files are in the fixed-angle CLIC
+    schema and written atomically by ``workers`` processes (default: all cores); ``manifest.json``
+    beside them records the parameters, seed, counts and checksums and is written last. If a
+    manifest with the same parameters exists and its files are intact, nothing is regenerated.
+    Safe to call from several processes at once (a file lock serialises them). Returns the
+    manifest plus ``folder``, ``reused`` and, when generated, ``seconds`` and ``showers_per_s``.
+    """
+    import multiprocessing as mp
+    import time
+
+    from .datasets import MANIFEST
+    from .io import ensure_dir, provenance, read_json, write_json
+    from .paths import resolve_path
+    from .runtime import cpu_count
+
+    if getattr(mp.current_process(), "_inheriting", False):
+        # A spawned worker re-imports the caller's script: without a __main__ guard it would
+        # call us again and wait forever on the folder lock its parent holds.
+        raise RuntimeError("generate_dataset was called while a worker process was starting: "
+                           "put the calling script's code under `if __name__ == '__main__':`")
+    folder = ensure_dir(resolve_path(data_cfg.path))
+    params = {"generator": generator_parameters(), "seed": data_cfg.seed,
+              "n_showers": data_cfg.n_showers, "n_files": data_cfg.n_files,
+              "energy_min": data_cfg.energy_min, "energy_max": data_cfg.energy_max}
+    with _folder_lock(folder):
+        path = folder / MANIFEST
+        old = read_json(path) if path.is_file() else None
+        if old and old.get("parameters") == params and _intact(folder, old):
+            return {**old, "folder": str(folder), "reused": True}
+        names = _file_names(data_cfg.n_files)
+        _clear(folder, old, names, path)
+        sizes = np.diff(np.linspace(0, data_cfg.n_showers, data_cfg.n_files + 1).astype(int))
+        tasks = [(folder / name, int(n), data_cfg.seed, i, data_cfg.energy_min, data_cfg.energy_max)
+                 for i, (name, n) in enumerate(zip(names, sizes))]
+        workers = max(1, min(workers or cpu_count(), len(tasks)))
+        start = time.perf_counter()
+        files = _run_tasks(tasks, workers, data_cfg.n_showers, progress)
+        seconds = time.perf_counter() - start
+        manifest = {"parameters": params, "files": files, "complete": True,
+                    "provenance": provenance({"workers": workers, "seconds": seconds})}
+        write_json(path, manifest)  # last: its presence means every file is complete
+    return {**manifest, "folder": str(folder), "reused": False, "seconds": seconds,
+            "showers_per_s": data_cfg.n_showers / seconds}
+
+
+def _clear(folder: Path, old: dict | None, names: list[str], manifest: Path) -> None:
+    """Remove the previous data set's manifest and files; refuse to mix with foreign files."""
+    from .exceptions import OutputNotWritable
+
+    manifest.unlink(missing_ok=True)  # first, so an interrupted run never looks complete
+    for entry in (old or {}).get("files", []):
+        (folder / entry["name"]).unlink(missing_ok=True)
+    foreign = sorted(p.name for p in folder.glob("*.h5") if p.name not in names)
+    if foreign:
+        raise OutputNotWritable(
+            f"{folder} holds other .h5 files ({', '.join(foreign[:3])}...) that training would mix "
+            "with the synthetic showers; choose an empty folder (data.path) or remove them")
+
+
+@contextlib.contextmanager
+def _folder_lock(folder: Path) -> Iterator[None]:
+    """An exclusive lock on ``folder`` (so that concurrent callers generate only once)."""
+    import fcntl
+
+    with open(folder / ".generate.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
