@@ -234,14 +234,8 @@ def cell_fractions(radius_cells) -> np.ndarray:
     return table[i] + w * delta[i]
 
 
-def mean_deposits(energy_gev, rng: np.random.Generator) -> dict:
-    """Mean deposited energy per cell of showers with freshly drawn shapes (no sampling yet).
-
-    ``energy_gev`` (N,). Returns ``cells`` float32 (N, 25, 25, 25) deposited GeV, ``leak_back``
-    and ``leak_side`` (N,) GeV: energy out of the back and out of the 25 x 25 window, so that
-    cells + leak_back + leak_side = energy.
-    """
-    e = np.asarray(energy_gev, dtype=np.float64)
+def _layer_means(e: np.ndarray, rng: np.random.Generator):
+    """Mean deposits layer-first (N, 25, 25, 25) float32, layer energies (N, 25), back leakage."""
     geo = calorimeter()
     shape = profile_parameters(e, rng)
     frac, leak = layer_fractions(shape["alpha"], shape["beta"])
@@ -249,46 +243,58 @@ def mean_deposits(energy_gev, rng: np.random.Generator) -> dict:
     cog = (shape["alpha"] / shape["beta"])[:, None]
     tau = geo["mid"][None, :] / cog * (shape["mean_alpha"] / (shape["mean_alpha"] - 1))[:, None]
     r_core, r_tail, p_core = radial_parameters(e[:, None], tau)
-    layer_e = (e[:, None] * frac).astype(np.float32)  # (N, 25)
-    core = cell_fractions(r_core * geo["rm_cells"])  # (N, 25, 25, 25) layer-first
+    layer_e = (e[:, None] * frac).astype(np.float32)
+    core = cell_fractions(r_core * geo["rm_cells"])
     tail = cell_fractions(r_tail * geo["rm_cells"])
     core *= (layer_e * p_core)[..., None, None]
     tail *= (layer_e * (1 - p_core))[..., None, None]
     core += tail
-    cells = np.moveaxis(core, 1, -1)  # depth last, as in the real files
-    return {"cells": cells, "leak_back": e * leak,
-            "leak_side": layer_e.sum(axis=1, dtype=np.float64) - cells.sum(axis=(1, 2, 3), dtype=np.float64)}
+    return core, layer_e, e * leak
 
 
-def _poisson(lam: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Poisson draws for a flat float32 array of means; exact, and fast when most means are tiny.
+def mean_deposits(energy_gev, rng: np.random.Generator) -> dict:
+    """Mean deposited energy per cell of showers with freshly drawn shapes (no sampling yet).
 
-    NumPy's sampler costs about 80 ns a draw here; most cells have means far below 1, so they
-    are drawn by inverting the CDF on one uniform (n = 0 unless u passes e^-lam, then up the
-    CDF), and only the few large means go to NumPy.
+    ``energy_gev`` (N,). Returns ``cells`` float32 (N, 25, 25, 25) deposited GeV, ``leak_back``
+    and ``leak_side`` (N,) GeV: energy out of the back and out of the 25 x 25 window, so that
+    cells + leak_back + leak_side = energy.
     """
-    n = np.zeros(lam.shape, dtype=np.int64)
+    cells, layer_e, leak = _layer_means(np.asarray(energy_gev, dtype=np.float64), rng)
+    side = layer_e.sum(axis=1, dtype=np.float64) - cells.sum(axis=(1, 2, 3), dtype=np.float64)
+    return {"cells": np.moveaxis(cells, 1, -1), "leak_back": leak, "leak_side": side}
+
+
+def _poisson(lam: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Exact Poisson draws for a flat float32 array of means, returned sparse: (where n > 0, n).
+
+    NumPy's sampler costs ~80 ns a draw; most cells have means far below 1. With x ~ Exp(1),
+    v = exp(-x) is uniform and n = 0 exactly when v < exp(-lam), i.e. x > lam: one cheap
+    comparison per cell. The few cells with n >= 1 continue up the CDF from the same v; those
+    with large means go to NumPy instead, conditioned on n >= 1 by redrawing zeros.
+    """
+    x = rng.standard_exponential(lam.shape, dtype=np.float32)
+    idx = np.flatnonzero(x < lam)
+    lam, v = lam[idx], np.exp(-x[idx])
+    n = np.zeros(idx.size, dtype=np.int64)
     big = np.flatnonzero(lam > _SMALL_MEAN)
     n[big] = rng.poisson(lam[big])
-    # v = exp(-x) with x ~ Exp(1) is uniform, and n = 0 exactly when v < exp(-lam), i.e. x > lam:
-    # one cheap comparison for every cell, exponentials only for the few with n >= 1.
-    x = rng.standard_exponential(lam.shape, dtype=np.float32)
-    x[big] = np.inf  # already drawn
-    idx = np.flatnonzero(x < lam)
-    lam = lam[idx]
-    u, pk = np.exp(-x[idx]), np.exp(-lam)
+    while (zero := big[n[big] == 0]).size:
+        n[zero] = rng.poisson(lam[zero])
+    todo = np.flatnonzero(lam <= _SMALL_MEAN)
+    lam, v = lam[todo], v[todo]
+    pk = np.exp(-lam)
     cdf, k = pk.copy(), 0
-    while idx.size:
+    while todo.size:
         k += 1
         pk *= lam / k
         cdf += pk
-        more = u > cdf
-        n[idx[~more]] = k
-        idx, lam, u, pk, cdf = idx[more], lam[more], u[more], pk[more], cdf[more]
-        if k > 60:  # float32 round-off left u above a CDF of ~1: draw the rest exactly
-            n[idx] = rng.poisson(lam)
+        more = v > cdf
+        n[todo[~more]] = k
+        todo, lam, v, pk, cdf = todo[more], lam[more], v[more], pk[more], cdf[more]
+        if k > 60:  # float32 round-off left v above a CDF of ~1: give the rest one quantum
+            n[todo] = 1
             break
-    return n
+    return idx, n
 
 
 def fluctuate(mean_visible, rng: np.random.Generator) -> np.ndarray:
@@ -300,12 +306,12 @@ def fluctuate(mean_visible, rng: np.random.Generator) -> np.ndarray:
     """
     k = QUANTUM_SHAPE
     quantum = RESOLUTION**2 * SAMPLING_FRONT / (1 + 1 / k)  # visible GeV per quantum
-    mean = np.asarray(mean_visible, dtype=np.float32)
-    n = _poisson(mean.ravel() / np.float32(quantum), rng)
+    mean = np.ascontiguousarray(mean_visible, dtype=np.float32)
+    hit, n = _poisson(mean.reshape(-1) / np.float32(quantum), rng)
+    values = (rng.standard_gamma(k * n) * (quantum / k)).astype(np.float32)
+    values[values < THRESHOLD_GEV] = 0.0
     out = np.zeros(mean.size, dtype=np.float32)
-    hit = np.flatnonzero(n)
-    out[hit] = rng.standard_gamma(k * n[hit]) * (quantum / k)
-    out[out < THRESHOLD_GEV] = 0.0
+    out[hit] = values
     return out.reshape(mean.shape)
 
 
@@ -320,11 +326,11 @@ def generate(energies, seed=None, *, rng: np.random.Generator | None = None) -> 
         raise ValueError("energies must be a 1-D array of finite primary energies above 0.1 GeV")
     rng = rng if rng is not None else np.random.default_rng(seed)
     out = np.empty((e.size, N_CELLS, N_CELLS, N_LAYERS), dtype=np.float32)
-    sampling = calorimeter()["sampling"].astype(np.float32)
+    sampling = calorimeter()["sampling"].astype(np.float32)[:, None, None]
     for lo in range(0, e.size, CHUNK):
-        cells = mean_deposits(e[lo:lo + CHUNK], rng)["cells"]
-        cells *= sampling  # visible = deposited x sampling fraction of the layer (depth last)
-        out[lo:lo + CHUNK] = fluctuate(cells, rng)
+        cells = _layer_means(e[lo:lo + CHUNK], rng)[0]  # layer-first: contiguous for fluctuate
+        cells *= sampling  # visible = deposited x sampling fraction of the layer
+        out[lo:lo + CHUNK] = np.moveaxis(fluctuate(cells, rng), 1, -1)  # depth last, as in files
     return out
 
 
