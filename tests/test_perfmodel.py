@@ -1,0 +1,146 @@
+"""The performance model: collective formulas, Amdahl's law, calibration, the paper's numbers."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+
+from gan3d import perfmodel as pm
+
+WL = pm.threedgan_workload()
+LINK = pm.Link(bandwidth=1e9, latency=10e-6)
+
+
+def _hw(**kw) -> pm.Hardware:
+    return dataclasses.replace(pm.Hardware(name="toy", rate=50e9, intra=LINK), **kw)
+
+
+def test_reference_counts_are_the_models():
+    import numpy as np
+
+    from gan3d import model
+
+    g, d = model.build_generator(), model.build_discriminator()
+    assert pm.REFERENCE_COUNTS == {
+        "d_forward_flops": model.forward_flops(d), "g_forward_flops": model.forward_flops(g),
+        "d_trainable_params": sum(int(np.prod(v.shape)) for v in d.trainable_variables),
+        "g_trainable_params": sum(int(np.prod(v.shape)) for v in g.trainable_variables)}
+    assert WL.step_flops == model.step_flops(g, d)  # same convention as gan3d.model
+
+
+def test_workload_matches_the_step():
+    c = pm.REFERENCE_COUNTS
+    assert WL.allreduce_bytes == (4 * c["d_trainable_params"],) * 2 + (4 * c["g_trainable_params"],) * 2
+    assert WL.eval_flops == 3 * c["d_forward_flops"] + 2 * c["g_forward_flops"]
+    assert pm.threedgan_workload(frozen_weight_grads=True).step_flops - WL.step_flops == \
+        2 * c["d_forward_flops"]
+
+
+def test_ring_allreduce_formula():
+    n = 4e6
+    assert pm.allreduce_time(n, 1, LINK) == 0.0
+    assert pm.allreduce_time(n, 2, LINK) == pytest.approx(2 * 10e-6 + n / 1e9)
+    assert pm.allreduce_time(n, 4, LINK, overhead=1e-3) == pytest.approx(1e-3 + 6 * 10e-6 + 1.5 * n / 1e9)
+    # The bandwidth term tends to 2 n / beta; the latency term grows linearly.
+    big = pm.allreduce_time(n, 10_001, pm.Link(1e9, 0.0))
+    assert big == pytest.approx(2 * n / 1e9, rel=1e-3)
+    # Recursive halving/doubling moves the same volume with log2(p) latency hops.
+    assert pm.allreduce_time(n, 1024, LINK, algorithm="tree") == pytest.approx(
+        20 * 10e-6 + 2 * 1023 / 1024 * n / 1e9)
+
+
+def test_ring_crosses_the_slowest_link():
+    hw = _hw(inter=pm.Link(1e8, 50e-6), workers_per_node=4)
+    assert pm.ring_link(hw, 4) == LINK
+    assert pm.ring_link(hw, 5) == pm.Link(1e8, 50e-6)
+
+
+def test_expected_max_of_normals():
+    assert pm.expected_max_normal(1) == 0.0
+    assert pm.expected_max_normal(2) == pytest.approx(1 / math.sqrt(math.pi), rel=1e-6)
+    assert pm.expected_max_normal(3) == pytest.approx(1.5 / math.sqrt(math.pi), rel=1e-6)
+    vals = [pm.expected_max_normal(p) for p in (2, 4, 12, 100)]
+    assert vals == sorted(vals) and vals[-1] < math.sqrt(2 * math.log(100))
+
+
+def test_step_time_and_efficiency():
+    hw = _hw()
+    st = pm.step_time(2, 8, WL, hw)
+    assert st.compute == pytest.approx(8 * WL.step_flops / 50e9)
+    assert st.comm == pytest.approx(sum(pm.allreduce_time(n, 2, LINK) for n in WL.allreduce_bytes))
+    assert st.total == pytest.approx(st.compute + st.comm)
+    eff = pm.efficiency([1, 2], 8, WL, hw)
+    assert eff[0] == 1.0 and eff[1] == pytest.approx(st.compute / st.total)
+    # Without communication, weak and strong scaling are ideal; overlap hides comm entirely.
+    silent = _hw(intra=pm.Link(math.inf, 0.0))
+    assert np.allclose(pm.efficiency([1, 2, 8], 8, WL, silent, mode="strong"), 1.0)
+    assert pm.step_time(4, 8, WL, _hw(overlap=1.0)).comm == 0.0
+    # Jitter: the slowest of p workers sets the pace.
+    jit = pm.step_time(2, 8, WL, _hw(jitter=0.1))
+    assert jit.wait == pytest.approx(0.1 * jit.compute / math.sqrt(math.pi), rel=1e-6)
+
+
+def test_epoch_time_serial_against_distributed_evaluation():
+    hw = _hw()
+    ser, dis = pm.epoch_time(4, 8, WL, hw, "serial"), pm.epoch_time(4, 8, WL, hw, "distributed")
+    assert ser["train"] == dis["train"] and ser["steps"] == pytest.approx(WL.train_showers / 32)
+    assert ser["eval"] == pytest.approx(WL.test_showers * WL.eval_flops / 50e9)
+    assert dis["eval"] == pytest.approx(ser["eval"] / 4, rel=1e-3)
+    assert pm.epoch_time(4, 8, WL, hw, "none")["eval"] == 0.0
+
+
+def test_amdahl_and_its_inverse():
+    for s in (0.0, 0.03, 0.3):
+        for p, e in ((2, 1.0), (12, 0.989), (100, 0.9)):
+            assert pm.serial_fraction(pm.amdahl_speedup(p, s, e), p, e) == pytest.approx(s, abs=1e-12)
+    assert pm.amdahl_speedup(1e9, 0.05) == pytest.approx(20.0, rel=1e-6)  # limit 1/s
+    with pytest.raises(ValueError):
+        pm.serial_fraction(1.0, 1)
+
+
+@pytest.mark.parametrize("p", [2, 4])
+def test_fit_allreduce_recovers_latency_and_bandwidth(p):
+    sizes = np.geomspace(1e3, 6.4e7, 9)
+    times = [pm.allreduce_time(n, p, pm.Link(2e9, 30e-6)) for n in sizes]
+    fit = pm.fit_allreduce(sizes, times, p)
+    assert fit["latency_s"] == pytest.approx(30e-6, rel=1e-6)
+    assert fit["bandwidth_Bps"] == pytest.approx(2e9, rel=1e-6)
+    assert fit["max_rel_residual"] < 1e-9
+    part = pm.fit_allreduce(sizes, times, p, lo=1e5, hi=1e7)
+    assert part["range_bytes"][0] >= 1e5 and part["range_bytes"][1] <= 1e7
+
+
+def test_calibration_reproduces_the_measurement():
+    hw = pm.calibrate(1.7, 4, WL, bandwidth=1e9, latency=1e-5, overhead=2e-3)
+    assert pm.step_time(1, 4, WL, hw).total == pytest.approx(1.7)
+    two = pm.step_time(2, 4, WL, hw)
+    assert two.comm == pytest.approx(sum(2e-3 + 2e-5 + n / 1e9 for n in WL.allreduce_bytes))
+
+
+def test_paper_numbers():
+    rate = pm.paper_sustained_rate(WL)
+    # 40 epochs of 180k training + 20k test showers in 20 h 16 min on one P100: ~19 % of peak.
+    assert 0.15 < rate / pm.PAPER["p100_peak_flops"] < 0.25
+    hw = pm.paper_hardware(WL)
+    assert pm.step_time(12, 512, WL, hw).total < 1.001 * pm.step_time(1, 512, WL, hw).total
+    eff12 = pm.efficiency([12], 512, WL, hw)[0]
+    assert eff12 > pm.PAPER["train_efficiency"]  # compute + all-reduce alone: above 98.9 %
+    cv = pm.paper_jitter(WL, hw)
+    assert 0 < cv < 0.02
+    assert pm.efficiency([12], 512, WL, dataclasses.replace(hw, jitter=cv))[0] == pytest.approx(0.989)
+    # 9.07x overall with 98.9 % training efficiency: Amdahl's serial fraction is 2.8 %.
+    s = pm.serial_fraction(pm.PAPER["time_1_s"] / pm.PAPER["time_12_s"], 12, 0.989)
+    assert s == pytest.approx(0.0283, abs=5e-4)
+
+
+def test_crossover_moves_with_batch():
+    hw = pm.paper_hardware(WL)
+    small, large = pm.crossover_workers(1, WL, hw), pm.crossover_workers(8, WL, hw)
+    assert small is not None and large is not None and small < large
+    for b, p in ((1, small), (8, large)):
+        at, before = pm.step_time(p, b, WL, hw), pm.step_time(p - 1, b, WL, hw)
+        assert at.comm >= at.compute and before.comm < before.compute
+    assert pm.crossover_workers(512, WL, hw, pmax=10_000) is None
