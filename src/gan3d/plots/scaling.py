@@ -1,0 +1,281 @@
+"""Figures of the scaling study (paper Figures 1-3, the overall time, the model's projection).
+
+Each function takes the JSON results of :mod:`gan3d.scaling` (or a fabric of :mod:`gan3d.topology`)
+and returns a Figure; what was measured here, what the paper published and what is modelled is
+told apart by :data:`gan3d.plots.LABELS` in every legend.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import textwrap
+from typing import Sequence
+
+import matplotlib.style  # noqa: F401 - plots.style() needs the submodule loaded
+import numpy as np
+from matplotlib.patches import FancyBboxPatch, Patch
+
+from .. import perfmodel as pm
+from . import LABELS, Figure, new_figure
+
+__all__ = ["node_fabric", "step_breakdown", "allreduce_bandwidth", "speedup_efficiency",
+           "overall_time", "model_projection"]
+
+_KIND_COLOUR = {"nvlink": "#009E73", "smp": "#E69F00", "memory": "#777777", "pcie": "#0072B2",
+                "infiniband": "#CC79A7", "network": "#CC79A7"}
+_BOX_COLOUR = {"cpu": "#DCE9F5", "memory": "#EEEEEE", "gpu": "#D9F2E6", "nic": "#F6E0EE",
+               "network": "#FFFFFF"}
+_PART_COLOUR = {"compute": "#0072B2", "wait": "#E69F00", "comm": "#D55E00"}
+_ROW = {"memory": 3.0, "cpu": 2.0, "gpu": 0.9}
+
+
+def _positions(fabric: dict) -> dict[str, tuple[float, float]]:
+    """Socket columns: memory above the socket, GPUs below it, NICs beside the memory on the
+    outer side (so no link crosses a box), the outside network on top."""
+    groups = sorted({c["group"] for c in fabric["components"] if c["group"] is not None})
+    col = {g: 4.8 * i for i, g in enumerate(groups)}
+    centre = float(np.mean(list(col.values()))) if col else 0.0
+    pos: dict[str, tuple[float, float]] = {}
+    for g in groups:
+        for kind, y in _ROW.items():
+            members = [c for c in fabric["components"] if c["kind"] == kind and c["group"] == g]
+            for i, c in enumerate(members):
+                pos[c["id"]] = (col[g] + (i - (len(members) - 1) / 2) * 2.3, y)
+        side = -1.0 if col[g] <= centre else 1.0
+        nics = [c for c in fabric["components"] if c["kind"] == "nic" and c["group"] == g]
+        for i, c in enumerate(nics):
+            pos[c["id"]] = (col[g] + side * 2.3, 3.0 - 0.75 * i)
+    for c in fabric["components"]:
+        if c["kind"] == "network":
+            pos[c["id"]] = (centre, 4.5)
+    return pos
+
+
+def node_fabric(fabric: dict, *, title: str | None = None, note: str | None = None) -> Figure:
+    """Draw a node fabric (:mod:`gan3d.topology` description): boxes for sockets, memory, GPUs and
+    NICs, lines for links coloured by kind and labelled with their bandwidth (one direction)."""
+    pos = _positions(fabric)
+    ncols = max(1, len({c["group"] for c in fabric["components"] if c["group"] is not None}))
+    fig, ax = new_figure(width=max(4.8, 4.4 * ncols), height=4.6)
+    for link in fabric["links"]:
+        if link["a"] not in pos or link["b"] not in pos:
+            continue
+        (x0, y0), (x1, y1) = pos[link["a"]], pos[link["b"]]
+        ax.plot([x0, x1], [y0, y1], color=_KIND_COLOUR.get(link["kind"], "black"), lw=2.2, zorder=1)
+        if link.get("label"):
+            # A link between side-by-side boxes is too short for its label: put it underneath.
+            t = 0.5
+            lx, ly = x0 + t * (x1 - x0), y0 + t * (y1 - y0) - (0.45 if y0 == y1 and abs(x1 - x0) < 3 else 0)
+            ax.text(lx, ly, textwrap.fill(link["label"], 18), fontsize=6,
+                    ha="center", va="center", zorder=3,
+                    bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.9))
+    for c in fabric["components"]:
+        x, y = pos[c["id"]]
+        ax.add_patch(FancyBboxPatch((x - 0.95, y - 0.3), 1.9, 0.6, boxstyle="round,pad=0.04",
+                                    fc=_BOX_COLOUR.get(c["kind"], "white"), ec="black", lw=0.8,
+                                    zorder=2))
+        text = textwrap.fill(c["label"], 26) + ("\n" + textwrap.fill(c["detail"], 34)
+                                                 if c.get("detail") else "")
+        ax.text(x, y, text, fontsize=5.8, ha="center", va="center", zorder=4)
+    xs = [p[0] for p in pos.values()] or [0.0]
+    ax.set_xlim(min(xs) - 1.3, max(xs) + 1.3)
+    ax.set_ylim(-0.1, 5.0)
+    ax.set_axis_off()
+    kinds = sorted({lk["kind"] for lk in fabric["links"]})
+    ax.legend(handles=[Patch(color=_KIND_COLOUR.get(k, "black"), label=k) for k in kinds],
+              loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=6)
+    ax.set_title(title or fabric["name"], fontsize=9)
+    fig.text(0.01, 0.01, note or f"source: {fabric.get('source', '')}", fontsize=6, ha="left")
+    return fig
+
+
+def step_breakdown(tl: dict, model: dict | None = None) -> Figure:
+    """Figure 2 (this machine): where a step goes on each rank, from Horovod's timeline.
+
+    Left: the last steps of the run as spans (computation, waiting for the other rank,
+    all-reduce). Right: mean seconds per step and rank, stacked, next to the model's split
+    (``model``: ``compute_s``, ``wait_s``, ``comm_s``) when given.
+    """
+    fig, (a0, a1) = new_figure(1, 2, width=9.0, height=3.4, gridspec_kw={"width_ratios": [2, 1]})
+    for r, kind, t0, t1 in tl["strip"]:
+        a0.barh(r, t1 - t0, left=t0, height=0.6, color=_PART_COLOUR[kind], lw=0)
+    a0.set_yticks(range(tl["workers"]), [f"rank {r}" for r in range(tl["workers"])])
+    a0.set_xlabel("time (s)")
+    a0.set_title(f"{LABELS['measured']}: last steps of a {tl['workers']}-worker run", fontsize=9)
+    per = tl["per_step"]
+    bars = {k: np.mean([s[f"{k}_s"] for s in per], axis=0) for k in ("compute", "wait")}
+    comm = float(np.mean([s["comm_s"] for s in per]))
+    names = [f"rank {r}" for r in range(tl["workers"])]
+    cols = [(names[r], bars["compute"][r], bars["wait"][r], comm) for r in range(tl["workers"])]
+    if model:
+        cols.append((LABELS["model"], model["compute_s"], model["wait_s"], model["comm_s"]))
+    for i, (_, c, w, m) in enumerate(cols):
+        for bottom, h, kind in ((0, c, "compute"), (c, w, "wait"), (c + w, m, "comm")):
+            a1.bar(i, h, bottom=bottom, color=_PART_COLOUR[kind], width=0.6,
+                   hatch="//" if model and i == len(cols) - 1 else None)
+    a1.set_xticks(range(len(cols)), [c[0] for c in cols], fontsize=7)
+    a1.set_ylabel("seconds per step")
+    frac = tl["mean"]
+    a1.set_title(f"all-reduce {100 * frac['comm_fraction']:.1f} %, waiting "
+                 f"{100 * frac['wait_fraction']:.1f} % of a step", fontsize=9)
+    a0.legend(handles=[Patch(color=_PART_COLOUR[k], label=lab) for k, lab in
+                       (("compute", "computation"), ("wait", "waiting for others"),
+                        ("comm", "all-reduce"))], loc="upper center",
+              bbox_to_anchor=(0.5, -0.25), ncols=3)
+    return fig
+
+
+def allreduce_bandwidth(bench: dict) -> Figure:
+    """Figure 2 (b): all-reduce time and bus bandwidth against message size, Horovod and MPI,
+    with the fitted model and the 3DGAN's gradient messages marked."""
+    fig, (a0, a1) = new_figure(1, 2, width=8.6, height=3.3)
+    n = np.asarray(bench["sizes_bytes"], float)
+    grid = np.geomspace(n.min(), n.max(), 100)
+    for k, marker in (("horovod", "o"), ("mpi", "s")):
+        t = np.asarray(bench["time_s"][k])
+        f = bench["fit"][k]
+        a0.loglog(n, 1e3 * t, marker, label=f"{LABELS['measured']}: {k}")
+        a0.loglog(grid, 1e3 * (f["intercept_s"] + f["slope_s_per_byte"] * grid), "--", lw=1,
+                  color=a0.lines[-1].get_color(), label=f"{LABELS['model']} fit ({k})")
+        a1.semilogx(n, np.asarray(bench["bus_bandwidth_Bps"][k]) / 1e9, marker + "-",
+                    label=f"{LABELS['measured']}: {k}")
+    for ax in (a0, a1):
+        for name, b in bench["gradient_bytes"].items():
+            ax.axvline(b, color="grey", lw=0.8, ls=":")
+            ax.text(b, 0.97, f" {name} gradients\n {b / 1e6:.2f} MB", transform=ax.get_xaxis_transform(),
+                    fontsize=6, va="top")
+        ax.set_xlabel("message size (bytes)")
+    a0.set_ylabel("time per all-reduce (ms)")
+    a1.set_ylabel("bus bandwidth 2(p-1)/p n/t (GB/s)")
+    a0.legend(fontsize=6)
+    a1.legend(fontsize=6)
+    a0.set_title(f"all-reduce on {bench['workers']} ranks", fontsize=9)
+    a1.set_title(f"MPI fit: {bench['fit']['mpi']['bandwidth_Bps'] / 1e9:.2f} GB/s, "
+                 f"Horovod +{1e3 * bench['horovod_overhead_s']:.1f} ms per call", fontsize=9)
+    return fig
+
+
+def _paper_curve(paper_wl: pm.Workload, cv: float, workers: np.ndarray) -> np.ndarray:
+    hw = dataclasses.replace(pm.paper_hardware(paper_wl), jitter=cv)
+    return pm.efficiency(list(workers), pm.PAPER["batch"], paper_wl, hw)
+
+
+def speedup_efficiency(scale: dict, *, model_here: Sequence[dict] | None = None,
+                       paper: dict | None = None, max_workers: int = 12) -> Figure:
+    """Figure 3: speed-up and efficiency against workers, measured here (oversubscribed counts
+    hollow), the paper's published 98.9 % at 12 GPUs (the only number its text gives), and the
+    model: calibrated here, and with the paper's hardware (jitter inferred from the 98.9 %)."""
+    fig, (a0, a1) = new_figure(1, 2, width=8.6, height=3.4)
+    pts = scale["points"]
+    p = np.array([q["workers"] for q in pts])
+    sp, eff = np.array([q["speedup"] for q in pts]), np.array([q["efficiency"] for q in pts])
+    over = np.array([q["oversubscribed"] for q in pts])
+    grid = np.arange(1, max(max_workers, int(p.max())) + 1)
+    a0.plot(grid, grid, color="grey", lw=0.8, label="ideal")
+    a1.axhline(100, color="grey", lw=0.8)
+    for ax, y in ((a0, sp), (a1, 100 * eff)):
+        ax.plot(p[~over], y[~over], "o", ms=6, label=f"{LABELS['measured']} ({scale['mode']})")
+        if over.any():
+            ax.plot(p[over], y[over], "o", mfc="none", ms=6, color=ax.lines[-1].get_color(),
+                    label=f"{LABELS['measured']}, oversubscribed")
+    if model_here:
+        t1 = model_here[0]["predicted_s"]
+        mp = np.array([m["workers"] for m in model_here])
+        mt = np.array([m["predicted_s"] for m in model_here])
+        msp = mp * t1 / mt if scale["mode"] == "weak" else t1 / mt
+        a0.plot(mp, msp, "x", ms=7, label=f"{LABELS['model']}, calibrated here")
+        a1.plot(mp, 100 * msp / mp, "x", ms=7, label=f"{LABELS['model']}, calibrated here")
+    if paper:
+        wl = pm.threedgan_workload()
+        e = _paper_curve(wl, paper["jitter_cv_inferred"], grid)
+        e0 = _paper_curve(wl, 0.0, grid)
+        a0.plot(grid, grid * e, ":", label=f"{LABELS['model']}, paper hardware")
+        a1.plot(grid, 100 * e, ":", color=a0.lines[-1].get_color(),
+                label=f"{LABELS['model']}, paper hardware + jitter {100 * paper['jitter_cv_inferred']:.2f} %")
+        a1.plot(grid, 100 * e0, "-", lw=0.8, color=a0.lines[-1].get_color(),
+                label=f"{LABELS['model']}, paper hardware, no jitter")
+        n, pe = pm.PAPER["workers"], pm.PAPER["train_efficiency"]
+        a0.plot([n], [n * pe], "*", ms=11, color="black", label=f"{LABELS['paper']}: 98.9 % at 12 (text)")
+        a1.plot([n], [100 * pe], "*", ms=11, color="black", label=f"{LABELS['paper']}: 98.9 % at 12 (text)")
+    a0.set_xlabel("workers")
+    a1.set_xlabel("workers")
+    a0.set_ylabel("speed-up")
+    a1.set_ylabel("scaling efficiency (%)")
+    a1.set_ylim(min(50.0, float(np.nanmin(100 * eff)) - 5), 105)
+    a0.legend(fontsize=6)
+    a1.legend(fontsize=6, loc="lower left")
+    a0.set_title(f"training only, per-worker batch {pts[0]['batch_per_worker']}"
+                 if scale["mode"] == "weak" else f"training only, global batch {pts[0]['global_batch']}",
+                 fontsize=9)
+    return fig
+
+
+def overall_time(analysis: dict, *, max_workers: int = 16) -> Figure:
+    """The overall-time result: seconds per epoch (training + test-loss evaluation) per run, and
+    speed-ups against Amdahl's law here and for the paper (published 9.07x at 12 GPUs)."""
+    fig, (a0, a1) = new_figure(1, 2, width=8.6, height=3.4)
+    rows = analysis["rows"]
+    names = [f"{r['workers']} w\n{r['eval_mode'] if r['workers'] > 1 else ''}" for r in rows]
+    x = np.arange(len(rows))
+    a0.bar(x, [r["train_s"] for r in rows], 0.6, label="training")
+    a0.bar(x, [r["eval_s"] for r in rows], 0.6, bottom=[r["train_s"] for r in rows],
+           label="test-loss evaluation")
+    a0.set_xticks(x, names, fontsize=7)
+    a0.set_ylabel("seconds per epoch")
+    a0.set_title(f"{LABELS['measured']}", fontsize=9)
+    a0.legend(fontsize=6)
+    p = np.arange(1, max_workers + 1)
+    s_here, pp = analysis["serial_fraction_measured"], analysis["paper"]
+    a1.plot(p, p, color="grey", lw=0.8, label="ideal")
+    a1.plot(p, pm.amdahl_speedup(p, s_here), "--",
+            label=f"{LABELS['model']}: Amdahl, s = {100 * s_here:.1f} % (measured here)")
+    a1.plot(p, pm.amdahl_speedup(p, pp["serial_fraction_fitted"], pm.PAPER["train_efficiency"]), ":",
+            label=f"{LABELS['model']}: Amdahl, s = {100 * pp['serial_fraction_fitted']:.2f} % (paper, fitted)")
+    for mode, marker in (("serial", "o"), ("distributed", "D")):
+        sel = [r for r in rows if r["eval_mode"] == mode or r["workers"] == 1]
+        a1.plot([r["workers"] for r in sel], [r["speedup"] for r in sel], marker, ms=6,
+                label=f"{LABELS['measured']}: {mode} evaluation")
+    n = pm.PAPER["workers"]
+    a1.plot([n], [pp["published_speedup"]], "*", ms=11, color="black",
+            label=f"{LABELS['paper']}: {pp['published_speedup']:.2f}x")
+    a1.plot([n], [pp["model_speedup_distributed"]], "*", ms=11, mfc="none", color="black",
+            label=f"{LABELS['model']}: paper with distributed evaluation")
+    a1.set_xlabel("workers")
+    a1.set_ylabel("speed-up of the whole training")
+    a1.legend(fontsize=6, loc="upper left")
+    return fig
+
+
+def model_projection(wl: pm.Workload, hw: pm.Hardware, *, batches: Sequence[int] = (1, 8, 64, 512),
+                     here: tuple[pm.Workload, pm.Hardware, int] | None = None,
+                     pmax: int = 4096) -> Figure:
+    """The model projected to many workers: efficiency against workers for per-worker batches
+    (left; dots where the all-reduce starts to take as long as the computation), and one step's
+    computation against all-reduce time (right) with the paper's hardware and this machine's."""
+    fig, (a0, a1) = new_figure(1, 2, width=8.6, height=3.4)
+    p = np.unique(np.geomspace(1, pmax, 80).astype(int))
+    for b in batches:
+        a0.semilogx(p, 100 * pm.efficiency(list(p), b, wl, hw), label=f"batch {b} per worker")
+        cross = pm.crossover_workers(b, wl, hw, pmax=pmax)
+        if cross:
+            e = 100 * pm.efficiency([cross], b, wl, hw)[0]
+            a0.plot([cross], [e], "o", color=a0.lines[-1].get_color())
+    a0.plot([pm.PAPER["workers"]], [100 * pm.PAPER["train_efficiency"]], "*", ms=10, color="black",
+            label=f"{LABELS['paper']}: 98.9 %")
+    a0.set_xlabel("workers")
+    a0.set_ylabel("scaling efficiency (%)")
+    a0.set_title(f"{LABELS['model']}: {hw.name}", fontsize=9)
+    a0.legend(fontsize=6)
+    cases = [(wl, hw, pm.PAPER["batch"], "paper hardware")]
+    if here:
+        cases.append((*here, "this machine"))
+    for w, h, b, name in cases:
+        comp = [pm.step_time(int(q), b, w, h).compute for q in p]
+        comm = [pm.step_time(int(q), b, w, h).comm for q in p]
+        line = a1.loglog(p, comp, "-", label=f"{name}: computation, batch {b}")[0]
+        a1.loglog(p[1:], comm[1:], "--", color=line.get_color(), label=f"{name}: all-reduce")
+    a1.set_xlabel("workers")
+    a1.set_ylabel("seconds per step")
+    a1.set_title(f"{LABELS['model']}: where communication takes over", fontsize=9)
+    a1.legend(fontsize=6)
+    return fig
