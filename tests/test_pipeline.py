@@ -1,0 +1,110 @@
+"""The figure pipeline's mechanics on small stand-in notebooks: order, skipping, redo, failure.
+
+The real notebooks are executed by their own tests (tests/test_notebook_*.py); here four tiny
+notebooks with the real names let each property be checked in seconds per notebook.
+"""
+
+from __future__ import annotations
+
+import nbformat
+import pytest
+
+from gan3d.pipeline import STEPS, reproduce
+
+pytestmark = pytest.mark.notebook
+
+BODY = """
+import json, pathlib
+pathlib.Path(figures_dir).mkdir(parents=True, exist_ok=True)
+pathlib.Path(results_dir).mkdir(parents=True, exist_ok=True)
+from gan3d.plots import new_figure, save_figure
+fig, ax = new_figure()
+ax.plot([0, 1], [0, VALUE])
+save_figure(fig, pathlib.Path(figures_dir) / "NAME.png")
+(pathlib.Path(results_dir) / "out.json").write_text(json.dumps({"value": VALUE, "profile": profile}))
+"""
+
+
+def _write_notebook(path, name, value=1, fail=False):
+    nb = nbformat.v4.new_notebook()
+    params = nbformat.v4.new_code_cell('profile = "quick"\noverrides = {}\nfigures_dir = "f"\nresults_dir = "r"')
+    params.metadata["tags"] = ["parameters"]
+    body = BODY.replace("NAME", name).replace("VALUE", str(value))
+    cells = [nbformat.v4.new_markdown_cell(f"# {name}"), params, nbformat.v4.new_code_cell(body)]
+    if fail:
+        cells.append(nbformat.v4.new_code_cell("raise RuntimeError('deliberate failure')"))
+    nb.cells = cells
+    nb.metadata["kernelspec"] = {"name": "gan3d", "language": "python", "display_name": "gan3d"}
+    nbformat.write(nb, path)
+
+
+@pytest.fixture
+def project(tmp_path):
+    nbs = tmp_path / "notebooks"
+    nbs.mkdir()
+    for step in STEPS:
+        _write_notebook(nbs / step.notebook, f"{step.name}_fig")
+    return tmp_path
+
+
+def _run(project, **kwargs):
+    return reproduce("quick", kwargs.pop("overrides", {}), notebooks_dir=project / "notebooks",
+                     results_dir=project / "results", figures_dir=project / "figures",
+                     verbose=False, **kwargs)
+
+
+def test_runs_in_order_publishes_figures_and_index(project):
+    summary = _run(project)
+    assert summary.ok and [r.status for r in summary.records] == ["ran"] * 4
+    figures = project / "figures"
+    assert sorted(p.name for p in figures.glob("*.png")) == sorted(f"{s.name}_fig.png" for s in STEPS)
+    index = (figures / "README.md").read_text()
+    for s in STEPS:
+        assert f"{s.name}_fig.png" in index and s.notebook in index
+    assert (project / "results" / "notebooks" / STEPS[0].notebook).is_file()
+    assert list((project / "results" / "pipeline").glob("run-*.json"))
+
+
+def test_second_run_skips_and_a_change_redoes_that_step_and_later_ones(project):
+    _run(project)
+    again = _run(project)
+    assert [r.status for r in again.records] == ["skipped"] * 4
+    # changing the third notebook redoes it and the fourth only
+    _write_notebook(project / "notebooks" / STEPS[2].notebook, f"{STEPS[2].name}_fig", value=2)
+    third = _run(project)
+    assert [r.status for r in third.records] == ["skipped", "skipped", "ran", "ran"]
+    # a parameter that reaches the training notebook (and so validation) redoes 2..4
+    fourth = _run(project, overrides={"train.workers": 3})
+    assert [r.status for r in fourth.records] == ["skipped", "ran", "ran", "ran"]
+    forced = _run(project, overrides={"train.workers": 3}, force=True)
+    assert [r.status for r in forced.records] == ["ran"] * 4
+
+
+def test_failure_names_notebook_and_cell_and_keeps_earlier_figures(project):
+    _run(project)
+    fig = project / "figures" / f"{STEPS[2].name}_fig.png"
+    before = fig.read_bytes()
+    _write_notebook(project / "notebooks" / STEPS[2].notebook, f"{STEPS[2].name}_fig", value=5, fail=True)
+    summary = _run(project)
+    assert not summary.ok
+    statuses = [r.status for r in summary.records]
+    assert statuses == ["skipped", "skipped", "failed", "not run"]
+    failed = summary.records[2]
+    assert STEPS[2].notebook in failed.error and "cell" in failed.error
+    assert "deliberate failure" in failed.error
+    assert fig.read_bytes() == before           # the new (unpublished) figure did not replace it
+    assert (project / "results" / "notebooks" / STEPS[2].notebook).is_file()  # kept to inspect
+    # the failed step is not remembered as done: fixing it makes it run again
+    _write_notebook(project / "notebooks" / STEPS[2].notebook, f"{STEPS[2].name}_fig", value=5)
+    assert [r.status for r in _run(project).records] == ["skipped", "skipped", "ran", "ran"]
+
+
+def test_cli_exit_status_is_nonzero_on_failure(project, monkeypatch):
+    from gan3d import cli, pipeline
+
+    _write_notebook(project / "notebooks" / STEPS[0].notebook, "x", fail=True)
+    real = pipeline.reproduce
+    monkeypatch.setattr(pipeline, "reproduce", lambda *a, **k: real(
+        *a, notebooks_dir=project / "notebooks", results_dir=project / "results",
+        figures_dir=project / "figures", verbose=False, **k))
+    assert cli.main(["reproduce", "--profile", "quick"]) == 1
