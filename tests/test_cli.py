@@ -1,0 +1,37 @@
+"""The gan3d command: doctor, and user errors as one clear line (exit 2), never a traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def gan3d(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gan3d", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_doctor_reports_a_complete_environment():
+    res = gan3d("doctor")
+    assert res.returncode == 0, res.stdout + res.stderr
+    out = res.stdout
+    assert "tensorflow=True, mpi=True, gloo=True" in out
+    assert "Open MPI v5" in out and "all good" in out
+    assert "OMPI_MCA_mpi_yield_when_idle=1" in out
+
+
+def test_bad_override_is_one_line_naming_the_key():
+    res = gan3d("train", "--set", "train.epoch=3")
+    assert res.returncode == 2
+    assert "Traceback" not in res.stderr
+    assert "unknown configuration key 'train.epoch'" in res.stderr and "epochs" in res.stderr
+
+
+def test_wrong_type_names_the_expected_type():
+    res = gan3d("data", "generate", "--set", "data.n_showers=many")
+    assert res.returncode == 2 and "data.n_showers" in res.stderr and "int" in res.stderr
+
+
+def test_unknown_notebook_for_reproduce_lists_the_choices():
+    res = gan3d("reproduce", "--only", "05")
+    assert res.returncode == 2 and "data, training, scaling, validation" in res.stderr
