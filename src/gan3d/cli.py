@@ -81,8 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--only", action="append", default=None, metavar="NOTEBOOK",
                      help="run only these notebooks (name or number, repeatable)")
 
-    lab = sub.add_parser("lab", help="open JupyterLab on notebooks/ with the gan3d kernel")
-    lab.add_argument("lab_args", nargs=argparse.REMAINDER)
+    sub.add_parser("lab", help="open JupyterLab on notebooks/ with the gan3d kernel "
+                   "(further options are passed to JupyterLab)")
     return parser
 
 
@@ -153,7 +153,8 @@ def _cmd_lab(args: argparse.Namespace) -> int:
 
     apply_process_defaults()
     os.execv(sys.executable, [sys.executable, "-m", "jupyterlab", "--notebook-dir",
-                              str(repo_root() / "notebooks"), *args.lab_args])
+                              str(repo_root() / "notebooks"),
+                              "--MappingKernelManager.default_kernel_name=gan3d", *args.lab_args])
     return 0  # pragma: no cover - execv does not return
 
 
@@ -168,7 +169,11 @@ COMMANDS = {"doctor": _cmd_doctor, "data": _cmd_data, "train": _cmd_train, "scal
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.command != "lab":
+        parser.error("unrecognized arguments: " + " ".join(extra))
+    args.lab_args = extra
     try:
         return COMMANDS[args.command](args)
     except Gan3dError as exc:
