@@ -119,18 +119,20 @@ def _auc_error(auc: float, n_pos: int, n_neg: int) -> float:
     return float(np.sqrt(max(var, 0.0) / (n_pos * n_neg)))
 
 
-def _classifier(kind: str, seed: int):
+def _classifier(kind: str, seed: int, n_train: int):
     from sklearn.ensemble import HistGradientBoostingClassifier
     from sklearn.neural_network import MLPClassifier
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
+    big = n_train >= 200  # below that, early stopping would hold out a handful of showers
     if kind == "hgb":  # trees: no scaling needed, robust on tabular high-level features
-        return HistGradientBoostingClassifier(max_iter=200, learning_rate=0.1,
-                                              early_stopping=True, random_state=seed)
+        return HistGradientBoostingClassifier(
+            max_iter=200, learning_rate=0.1, early_stopping=big, random_state=seed,
+            min_samples_leaf=min(20, max(2, n_train // 20)))  # leaves small samples can fill
     if kind == "mlp":  # a small dense network for the 15,626 low-level inputs
         return make_pipeline(StandardScaler(), MLPClassifier(
-            hidden_layer_sizes=(64, 32), alpha=1e-3, early_stopping=True, max_iter=200,
+            hidden_layer_sizes=(64, 32), alpha=1e-3, early_stopping=big, max_iter=200,
             random_state=seed))
     raise ValueError(f"classifier kind must be 'hgb' or 'mlp', got {kind!r}")
 
@@ -162,7 +164,7 @@ def classifier_test(ref_x, gen_x, kind: str = "hgb", seed: int = 0,
     # One thread: on a shared small machine, OpenMP/BLAS threads of these small problems
     # spend more time waiting for each other than computing (measured 10x slower with 2).
     with threadpool_limits(1):
-        clf = _classifier(kind, seed).fit(x[tr], y[tr])
+        clf = _classifier(kind, seed, len(tr)).fit(x[tr], y[tr])
         iso = IsotonicRegression(y_min=1e-6, y_max=1 - 1e-6, out_of_bounds="clip")
         iso.fit(clf.predict_proba(x[ca])[:, 1], y[ca])
         p = iso.predict(clf.predict_proba(x[te])[:, 1])

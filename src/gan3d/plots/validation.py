@@ -1,0 +1,237 @@
+"""Figures of the physics validation, in the style of 3DGAN's: reference showers (grey, filled)
+against each generator (coloured lines), with the same primary energies.
+
+Every function takes :class:`gan3d.validation.Summary` objects keyed by label (the reference
+first) or the metrics JSON of :func:`gan3d.validation.validate`, and returns a Figure.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Mapping
+
+import numpy as np
+
+from . import LABELS, new_figure
+
+__all__ = [
+    "sampling_fraction",
+    "ecal_sum_per_bin",
+    "profiles",
+    "moments",
+    "hits_and_spectrum",
+    "energy_regression",
+    "metric_overview",
+    "validator_check",
+    "speed",
+]
+
+_REF = dict(color="0.55", alpha=0.45)  # the reference: grey and filled, generators on top
+
+
+def _grid(nrows: int, ncols: int, **kwargs):
+    """A Figure and its axes as a 2-D array whatever the shape (``new_figure`` squeezes)."""
+    fig, axes = new_figure(nrows, ncols, **kwargs)
+    return fig, np.asarray(axes, dtype=object).reshape(nrows, ncols)
+
+
+def _styles(labels) -> dict[str, dict]:
+    """Reference (first label) grey and filled; generators in the cycle's colours."""
+    out, k = {}, 0
+    for i, lab in enumerate(labels):
+        out[lab] = dict(_REF, histtype="stepfilled") if i == 0 else dict(
+            color=f"C{k}", histtype="step", linewidth=1.6)
+        k += i > 0
+    return out
+
+
+def _hist(ax, samples: Mapping[str, np.ndarray], bins, xlabel: str, log: bool = False):
+    """Normalised histograms of one feature for every sample on ``ax``."""
+    pooled = np.concatenate([v[np.isfinite(v)] for v in samples.values()])
+    if isinstance(bins, int):
+        lo, hi = np.quantile(pooled, [0.002, 0.998]) if pooled.size else (0.0, 1.0)
+        bins = np.linspace(lo, hi if hi > lo else lo + 1, bins + 1)
+    for (lab, v), st in zip(samples.items(), _styles(samples).values()):
+        ax.hist(v[np.isfinite(v)], bins=bins, density=True, label=lab, **st)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("showers (normalised)")
+    if log:
+        ax.set_yscale("log")
+
+
+def sampling_fraction(samples, fit: Callable | None = None, n_bins: int = 12):
+    """Mean and spread of ECAL sum / Ep in bins of Ep (GeV), per sample; ``fit(E)`` drawn too
+    (e.g. :func:`gan3d.showers.sampling_fraction_fit`, the published 3DGAN fit)."""
+    fig, ax = new_figure(width=5.0)
+    lo = min(s.energy.min() for s in samples.values())
+    hi = max(s.energy.max() for s in samples.values())
+    edges = np.linspace(lo, hi, n_bins + 1)
+    mid = 0.5 * (edges[1:] + edges[:-1])
+    for i, (lab, s) in enumerate(samples.items()):
+        sf, idx = s.features["sampling_fraction"], np.digitize(s.energy, edges[1:-1])
+        mean = np.array([np.nanmean(sf[idx == k]) if np.any(idx == k) else np.nan
+                         for k in range(n_bins)])
+        std = np.array([np.nanstd(sf[idx == k]) if np.any(idx == k) else np.nan
+                        for k in range(n_bins)])
+        if i == 0:
+            ax.fill_between(mid, mean - std, mean + std, label=f"{lab} (mean ± std)", **_REF)
+        else:
+            ax.errorbar(mid + (i - 1) * 0.01 * (hi - lo), mean, std, fmt="o-", color=f"C{i - 1}",
+                        capsize=2, label=lab)
+    if fit is not None:
+        e = np.linspace(lo, hi, 200)
+        ax.plot(e, fit(e), "k--", lw=1, label="3DGAN fit to the CLIC data")
+    ax.set_xlabel("primary energy $E_p$ (GeV)")
+    ax.set_ylabel("sampling fraction $E_{ECAL}/E_p$")
+    ax.legend()
+    return fig
+
+
+def ecal_sum_per_bin(per_bin: Mapping[str, Mapping]):
+    """ECAL-sum distributions (GeV), one panel per energy bin (keys like ``"100"``)."""
+    keys = [k for k in per_bin if k != "inclusive"] or list(per_bin)
+    fig, axes = _grid(1, len(keys), width=3.0 * len(keys), height=3.0)
+    for ax, key in zip(axes[0], keys):
+        _hist(ax, {lab: s.features["ecal_sum"] for lab, s in per_bin[key].items()}, 30,
+              "ECAL sum (GeV)")
+        ax.set_title(f"$E_p$ = {key} GeV" if key != "inclusive" else "all energies")
+    axes[0, 0].legend()
+    return fig
+
+
+def profiles(samples):
+    """Mean shower profiles along x, y (transverse) and z (longitudinal), GeV per cell or
+    layer; top row linear, bottom row logarithmic."""
+    fig, axes = new_figure(2, 3, width=11.0, height=6.0)
+    names = {"x": "x (cell)", "y": "y (cell)", "z": "layer (depth)"}
+    for col, axis in enumerate("xyz"):
+        for row in range(2):
+            ax = axes[row, col]
+            for i, (lab, s) in enumerate(samples.items()):
+                p = s.profiles[axis]
+                if i == 0:
+                    ax.fill_between(np.arange(p.size), p, step="mid", label=lab, **_REF)
+                else:
+                    ax.step(np.arange(p.size), p, where="mid", color=f"C{i - 1}", label=lab)
+            ax.set_xlabel(names[axis])
+            ax.set_ylabel("mean energy (GeV)")
+            if row == 1:
+                ax.set_yscale("log")
+    axes[0, 0].legend()
+    return fig
+
+
+def moments(samples):
+    """Distributions of the first (barycentre, cell) and second (variance, cell^2) moments of
+    the energy along x, y and z."""
+    fig, axes = new_figure(2, 3, width=11.0, height=6.0)
+    for col, axis in enumerate("xyz"):
+        for row, (suffix, unit) in enumerate((("mean", "cell"), ("var", "cell$^2$"))):
+            name = f"{axis}_{suffix}"
+            _hist(axes[row, col], {lab: s.features[name] for lab, s in samples.items()}, 30,
+                  f"{'barycentre' if row == 0 else 'variance'} along {axis} ({unit})")
+    axes[0, 0].legend()
+    return fig
+
+
+def hits_and_spectrum(samples):
+    """Hits above 2e-4 GeV per shower, the single-cell energy spectrum (GeV, log-log) and the
+    layer of the hottest cell."""
+    fig, axes = new_figure(1, 3, width=11.0, height=3.4)
+    _hist(axes[0], {lab: s.features["hits"] for lab, s in samples.items()}, 30,
+          "hits (cells > 2e-4 GeV)")
+    for i, (lab, s) in enumerate(samples.items()):
+        counts, edges = s.spectrum
+        if i == 0:
+            axes[1].stairs(counts, edges, fill=True, label=lab, **_REF)
+        else:
+            axes[1].stairs(counts, edges, color=f"C{i - 1}", label=lab)
+    axes[1].set(xscale="log", yscale="log", xlabel="cell energy (GeV)",
+                ylabel="cells per shower and bin")
+    _hist(axes[2], {lab: s.features["z_max"] for lab, s in samples.items()},
+          np.arange(-0.5, 25.5), "layer of the hottest cell")
+    axes[0].legend()
+    return fig
+
+
+def energy_regression(reference, generators: Mapping):
+    """The discriminator's regressed primary energy (GeV) against the true one, on reference
+    and on GAN showers, one panel per generator that has a discriminator."""
+    labs = [lab for lab, s in generators.items() if s.discriminator is not None]
+    fig, axes = _grid(1, max(len(labs), 1), width=4.2 * max(len(labs), 1))
+    for ax, lab in zip(axes[0], labs):
+        ref = (reference.discriminator or {}).get(lab)
+        if ref is not None:
+            ax.scatter(ref["true_energy_gev"], ref["energy_gev"], s=6, color="0.45",
+                       label=f"D on {LABELS['reference']}")
+        g = generators[lab].discriminator
+        ax.scatter(g["true_energy_gev"], g["energy_gev"], s=6, color="C0", label="D on GAN showers")
+        hi = float(np.max(g["true_energy_gev"]))
+        ax.plot([0, hi], [0, hi], "k--", lw=1, label="ideal")
+        ax.set(title=lab, xlabel="true $E_p$ (GeV)", ylabel="regressed $E_p$ (GeV)")
+        ax.legend()
+    if not labs:
+        axes[0, 0].text(0.5, 0.5, "no discriminator.keras in the checkpoints", ha="center",
+                        transform=axes[0, 0].transAxes)
+    return fig
+
+
+def metric_overview(result: dict, names=("auc_high", "fpd", "three_dgan", "sep:sampling_fraction")):
+    """Each metric per energy bin for every generator, with the independent reference sample
+    as the "ideal at this sample size" baseline (grey). FPD with its error bar."""
+    from ..validation import metric_value
+
+    keys = result["bins"]
+    x = np.arange(len(keys))
+    fig, axes = _grid(1, len(names), width=3.4 * len(names), height=3.2)
+    rows = [("reference (2nd sample)", result["reference"], "0.45")]
+    rows += [(lab, g["bins"], f"C{i}") for i, (lab, g) in enumerate(result["generators"].items())]
+    for ax, name in zip(axes[0], names):
+        for j, (lab, per_bin, color) in enumerate(rows):
+            y = [metric_value(per_bin[k], name) for k in keys]
+            err = [per_bin[k]["fpd"]["error"] for k in keys] if name == "fpd" else None
+            ax.errorbar(x + 0.08 * j, y, err, fmt="o", color=color, capsize=2, label=lab)
+        ax.set_xticks(x, keys, rotation=45)
+        ax.set(xlabel="energy bin (GeV)", title=name)
+        if name in ("fpd", "three_dgan") or name.startswith("sep:"):
+            ax.set_yscale("symlog", linthresh=1e-3)
+    axes[0, 0].legend()
+    return fig
+
+
+def validator_check(cases: Mapping[str, Mapping[str, float]], reference: str = "reference"):
+    """Metrics (one panel each) for a reference-vs-reference case and known distortions: the
+    metric that should flag a distortion stands far above the reference bar."""
+    metric_names = list(next(iter(cases.values())))
+    fig, axes = _grid(1, len(metric_names), width=2.6 * len(metric_names), height=3.4)
+    names = list(cases)
+    for ax, m in zip(axes[0], metric_names):
+        vals = [cases[c][m] for c in names]
+        ax.bar(np.arange(len(names)), vals,
+               color=["0.55" if c == reference else f"C{i}" for i, c in enumerate(names)])
+        ax.set_xticks(np.arange(len(names)), names, rotation=60, ha="right")
+        ax.set_title(m)
+        if m != "AUC":
+            ax.set_yscale("symlog", linthresh=1e-3)
+    return fig
+
+
+def speed(table: dict):
+    """Showers per second (log scale) of GAN inference by precision and batch size, of the
+    synthetic generator, and published Geant4 numbers where available."""
+    rows = table["rows"]
+    labels = [f"{r['source']} {r['precision']} b={r['batch_size']}" if r["source"] == "GAN"
+              else f"{r['source']} (NumPy)" for r in rows]
+    values = [r["showers_per_s"] for r in rows]
+    colors = [("C0" if r["precision"] == "float32" else "C1") if r["source"] == "GAN" else "C2"
+              for r in rows]
+    for pub in table.get("published", []):
+        if pub.get("showers_per_s"):
+            labels.append(pub["label"])
+            values.append(pub["showers_per_s"])
+            colors.append("0.3")
+    fig, ax = new_figure(width=6.0, height=0.32 * len(labels) + 1.2)
+    ax.barh(np.arange(len(labels)), values, color=colors)
+    ax.set_yticks(np.arange(len(labels)), labels)
+    ax.invert_yaxis()
+    ax.set(xscale="log", xlabel="showers per second (one process)")
+    return fig

@@ -1,0 +1,408 @@
+"""Physics validation of trained generators against reference showers, and their speed.
+
+:func:`validate` is the whole study of notebook 04: for every energy bin (and inclusively) it
+makes two independent reference samples, generates GAN showers *with the same primary energies*
+from each checkpoint, and compares them with :mod:`gan3d.metrics`. The second reference sample
+measures what "ideal" looks like at this sample size: a generator can only be judged against
+the score of the reference against itself. Showers are summarised as soon as they are compared
+(features, mean profiles, spectra), so memory stays at a few samples whatever the number of bins.
+
+:func:`inference_speed` measures GAN inference (showers per second at several batch sizes, in
+float32 and bfloat16) next to the synthetic generator; :data:`PUBLISHED_SPEED` holds published
+numbers for Geant4 on this calorimeter, with their source.
+
+Launch: ``gan3d validate`` (CLI), notebook 04, or ``validate([...], [...], cfg=resolve("quick"))``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from . import metrics, physics
+from .config import Config, to_dict
+from .exceptions import CheckpointError, ConfigError
+from .io import provenance, write_json
+
+__all__ = [
+    "PUBLISHED_SPEED",
+    "Showers",
+    "Summary",
+    "Validation",
+    "bin_keys",
+    "energy_sets",
+    "reference_pair",
+    "summarise",
+    "compare",
+    "load_checkpoint",
+    "validate",
+    "distortion_check",
+    "headline",
+    "metric_value",
+    "metrics_table",
+    "speed_table",
+    "inference_speed",
+]
+
+# Published speed of Geant4 relative to 3DGAN for this calorimeter, quoted with its source. There
+# is no Geant4 here, so its showers/s on this machine can only be *estimated* from the published
+# ratio and the GAN speed measured here (done in :func:`inference_speed`, and labelled so).
+PUBLISHED_SPEED: list[dict] = [{
+    "label": "Geant4 (estimate from published ratio)",
+    "gan_int8_over_geant4": 67000.0,  # "total speed-up ... (67 000x)" for the int8 3DGAN
+    "int8_over_float32": 1.73,  # "1.73x speed-up ... compared to the initial float32 model"
+    "source": ("F. Rehm, S. Vallecorsa, V. Saletore et al., Reduced Precision Strategies for Deep "
+               "Learning: A High Energy Physics Generative Adversarial Network Use Case, ICPRAM "
+               "2021, pp. 251-258, doi:10.5220/0010245002510258 (conclusions): 3DGAN on Intel "
+               "CPUs, CLIC electromagnetic calorimeter showers"),
+}]
+
+
+@dataclass
+class Showers:
+    """Showers ``ecal`` (N, 25, 25, 25) GeV with primary energies ``energy`` (N,) GeV."""
+
+    ecal: np.ndarray
+    energy: np.ndarray
+
+
+@dataclass
+class Summary:
+    """What the figures need from one sample: per-shower features (N,), mean profiles (25,)
+    along x, y, z in GeV, the cell-energy spectrum, and optionally the discriminator's output."""
+
+    energy: np.ndarray
+    features: dict[str, np.ndarray]
+    profiles: dict[str, np.ndarray]
+    spectrum: tuple[np.ndarray, np.ndarray]
+    discriminator: dict[str, np.ndarray] | None = None
+
+
+@dataclass
+class Validation:
+    """Result of :func:`validate`: summaries by bin key and source, and the metrics JSON."""
+
+    bins: list[str]
+    reference: dict[str, Summary] = field(default_factory=dict)
+    generators: dict[str, dict[str, Summary]] = field(default_factory=dict)
+    metrics: dict = field(default_factory=dict)
+    path: Path | None = None
+
+    def samples(self, key: str = "inclusive") -> dict[str, Summary]:
+        """The summaries of one bin by label, the reference first (what the plots take)."""
+        return {"reference": self.reference[key],
+                **{lab: per_bin[key] for lab, per_bin in self.generators.items()}}
+
+
+def bin_keys(energy_bins: Sequence[float]) -> list[str]:
+    """``["inclusive", "50", "100", ...]``: the keys of the results, in order."""
+    return ["inclusive"] + [f"{e:g}" for e in energy_bins]
+
+
+def energy_sets(n: int, energy_bins: Sequence[float], halfwidth: float,
+                energy_range: tuple[float, float], seed: int) -> dict[str, np.ndarray]:
+    """Primary energies (n,) GeV per bin key: uniform in ``range`` (inclusive) and in
+    ``[E - halfwidth, E + halfwidth]`` for each bin centre E."""
+    rng = np.random.default_rng(seed)
+    out = {"inclusive": rng.uniform(*energy_range, n)}
+    for key, e in zip(bin_keys(energy_bins)[1:], energy_bins):
+        out[key] = rng.uniform(e - halfwidth, e + halfwidth, n)
+    return out
+
+
+def _clic_showers(folder: str, lo: float, hi: float, n: int, seed: int) -> Showers:
+    """Up to ``n`` held-out CLIC showers with ``lo <= E <= hi`` GeV, read file by file."""
+    from . import datasets
+
+    files = datasets.split_files(datasets.list_files(folder))[1]
+    ecal, energy, have = [], [], 0
+    for path in np.random.default_rng(seed).permutation(np.array(files, dtype=object)):
+        x_all, e_all = datasets.read_showers(path)
+        keep = np.flatnonzero((e_all >= lo) & (e_all <= hi))[: n - have]
+        ecal.append(x_all[keep])
+        energy.append(e_all[keep])
+        have += keep.size
+        if have >= n:
+            break
+    if have < 2:
+        raise ConfigError(f"only {have} held-out showers of {folder} lie in {lo:g}-{hi:g} GeV; "
+                          "use wider validation.energy_bins or more data")
+    return Showers(np.concatenate(ecal), np.concatenate(energy).astype(np.float64))
+
+
+def reference_pair(cfg: Config, key: str, energies: np.ndarray, seed: int) -> tuple[Showers, Showers]:
+    """Two independent reference samples for one bin. Synthetic: generated at exactly
+    ``energies`` with two seeds. CLIC: held-out showers of the same energy range, split in two."""
+    if cfg.data.source == "synthetic":
+        from . import showers
+
+        return (Showers(showers.generate(energies, seed), energies),
+                Showers(showers.generate(energies, seed + 7919), energies))
+    lo, hi = ((cfg.data.energy_min, cfg.data.energy_max) if key == "inclusive" else
+              (float(key) - cfg.validation.bin_halfwidth, float(key) + cfg.validation.bin_halfwidth))
+    both = _clic_showers(cfg.data.path, lo, hi, 2 * len(energies), seed)
+    half = len(both.energy) // 2
+    return (Showers(both.ecal[:half], both.energy[:half]),
+            Showers(both.ecal[half:2 * half], both.energy[half:2 * half]))
+
+
+def summarise(s: Showers) -> Summary:
+    """The :class:`Summary` of a sample (features of :func:`gan3d.physics.shower_features`)."""
+    return Summary(energy=np.asarray(s.energy, np.float64),
+                   features=physics.shower_features(s.ecal, s.energy),
+                   profiles={k: v.mean(axis=0) for k, v in physics.profiles(s.ecal).items()},
+                   spectrum=physics.cell_spectrum(s.ecal))
+
+
+def compare(ref: Showers, gen: Showers, *, low_level: bool = True, seed: int = 0,
+            ref_summary: Summary | None = None, gen_summary: Summary | None = None) -> dict:
+    """Every metric of ``gen`` against ``ref`` (JSON-ready). Per feature: separation power
+    (with the value expected for identical distributions) and normalised 1-D Wasserstein; the
+    3DGAN scalar metric; classifier tests on high-level (and low-level) inputs; FPD and KPD."""
+    rs, gs = ref_summary or summarise(ref), gen_summary or summarise(gen)
+    sep, null, wd = {}, {}, {}
+    for name in rs.features:
+        a, b = rs.features[name], gs.features[name]
+        edges = metrics.histogram_edges(a, b)
+        sep[name] = metrics.separation_power(a, b, edges)
+        null[name] = metrics.separation_power_null(len(edges) - 1, a.size, b.size)
+        wd[name] = metrics.wasserstein(a, b)
+    hr, _ = physics.high_level_features(ref.ecal, ref.energy)
+    hg, _ = physics.high_level_features(gen.ecal, gen.energy)
+    out = {"n_reference": len(ref.energy), "n_generated": len(gen.energy),
+           "separation_power": sep, "separation_power_null": null, "wasserstein": wd,
+           "three_dgan": metrics.three_dgan_metric(ref.ecal, gen.ecal),
+           "classifier_high": metrics.classifier_test(hr, hg, "hgb", seed),
+           "fpd": _fpd(hr, hg, seed), "kpd": metrics.kpd(hr, hg, seed=seed)}
+    if low_level:
+        out["classifier_low"] = metrics.classifier_test(
+            physics.low_level_features(ref.ecal, ref.energy),
+            physics.low_level_features(gen.ecal, gen.energy), "mlp", seed)
+    return out
+
+
+def _fpd(hr: np.ndarray, hg: np.ndarray, seed: int) -> dict:
+    """FPD, or NaN with a note where the samples are smaller than twice the feature count:
+    covariances of fewer showers than features are singular and FD(n) is not yet ~ 1/n."""
+    n, d = min(len(hr), len(hg)), hr.shape[1]
+    if n < 2 * d:
+        return {"value": float("nan"), "error": float("nan"),
+                "note": f"needs at least {2 * d} showers per sample, got {n}"}
+    return metrics.fpd(hr, hg, seed=seed)
+
+
+def load_checkpoint(folder) -> tuple[object, object | None]:
+    """The generator (required) and discriminator (if present) of a training output folder."""
+    from . import model
+
+    folder = Path(folder)
+    gen_path = folder / "generator.keras"
+    if not gen_path.is_file():
+        raise CheckpointError(f"checkpoint folder {folder} has no generator.keras; train into it "
+                              "first (`gan3d train`) or remove it from the list of checkpoints")
+    disc_path = folder / "discriminator.keras"
+    disc = model.load_discriminator(disc_path) if disc_path.is_file() else None
+    return model.load_generator(gen_path), disc
+
+
+def _discriminate(disc, s: Showers, limit: int = 200) -> dict[str, np.ndarray]:
+    """D's outputs on the first ``limit`` showers (its forward pass costs 3x the generator's)."""
+    from . import model
+
+    out = model.discriminate(disc, s.ecal[:limit])
+    out["true_energy_gev"] = np.asarray(s.energy[:limit], np.float64)
+    return out
+
+
+def _validate_bin(cfg: Config, key: str, energies, seed: int, nets: dict, result: Validation,
+                  table: dict, low_level: bool) -> None:
+    """One bin: reference pair, baseline metrics, then every generator on the same energies."""
+    from . import model
+
+    ref, ref2 = reference_pair(cfg, key, energies, seed)
+    rs = result.reference[key] = summarise(ref)
+    table["reference"][key] = compare(ref, ref2, low_level=low_level, seed=seed, ref_summary=rs)
+    del ref2
+    for lab, (gen_net, disc) in nets.items():
+        gen = Showers(model.generate_showers(gen_net, ref.energy, seed=seed + 1), ref.energy)
+        gs = result.generators[lab][key] = summarise(gen)
+        table["generators"][lab]["bins"][key] = compare(
+            ref, gen, low_level=low_level, seed=seed, ref_summary=rs, gen_summary=gs)
+        if disc is not None and key == "inclusive":  # D's energy regression: one sample will do
+            gs.discriminator = _discriminate(disc, gen)
+            rs.discriminator = rs.discriminator or {}
+            rs.discriminator[lab] = _discriminate(disc, ref)
+
+
+def validate(checkpoints: Sequence, labels: Sequence[str], cfg: Config, *,
+             results_dir=None, low_level: bool = True, progress: bool = True) -> Validation:
+    """Validate the generators in ``checkpoints`` (folders with ``generator.keras``) against
+    reference showers, per bin of ``cfg.validation.energy_bins`` and inclusively, with
+    ``cfg.validation.n_showers`` showers per sample; write ``results_dir/metrics.json``
+    (default ``cfg.validation.output``) and return the summaries and metrics.
+
+    Raises :class:`~gan3d.exceptions.CheckpointError` naming a folder without a generator, before
+    any work is done.
+    """
+    from .paths import resolve_path
+
+    if len(checkpoints) != len(labels):
+        raise ConfigError(f"{len(checkpoints)} checkpoints but {len(labels)} labels; give one "
+                          "label per checkpoint folder")
+    nets = {lab: load_checkpoint(resolve_path(c)) for lab, c in zip(labels, checkpoints)}
+    v = cfg.validation
+    keys = bin_keys(v.energy_bins)
+    sets = energy_sets(v.n_showers, v.energy_bins, v.bin_halfwidth,
+                       (cfg.data.energy_min, cfg.data.energy_max), v.seed)
+    result = Validation(bins=keys, generators={lab: {} for lab in labels})
+    table = {"reference": {}, "generators": {lab: {"checkpoint": str(c), "bins": {}}
+                                             for lab, c in zip(labels, checkpoints)}}
+    start = time.perf_counter()
+    for i, key in enumerate(keys):
+        _validate_bin(cfg, key, sets[key], v.seed * 1000 + i, nets, result, table, low_level)
+        if progress:
+            done = time.perf_counter() - start
+            print(f"[validation] bin {key:>9}: {i + 1}/{len(keys)} done, {done:.0f} s elapsed, "
+                  f"ETA {done / (i + 1) * (len(keys) - i - 1):.0f} s", flush=True)
+    result.metrics = {"provenance": provenance(), "config": to_dict(cfg), "bins": keys,
+                      "parameters": {"checkpoints": [str(c) for c in checkpoints],
+                                     "labels": list(labels), "low_level": low_level},
+                      **table}
+    result.path = write_json(resolve_path(results_dir or v.output) / "metrics.json", result.metrics)
+    return result
+
+
+def distortion_check(n_showers: int = 1000, seed: int = 0,
+                     energy_range: tuple[float, float] = (10.0, 500.0)) -> dict[str, dict]:
+    """The validator validated: :func:`compare` of a reference sample against an independent
+    one (same energies, other seed) and against three known distortions of it: sampling
+    fraction x 1.05, showers 20 % wider, longitudinal profile one layer deeper. Returns the
+    compare() dicts by case name (high-level classifier only)."""
+    from . import showers
+
+    e = np.random.default_rng(seed).uniform(*energy_range, n_showers)
+    ref = Showers(showers.generate(e, seed + 1), e)
+    other = showers.generate(e, seed + 2)
+    cases = {"reference": other, "sampling x1.05": physics.scale_energy(other, 1.05),
+             "20% wider": physics.widen_transverse(other, 1.2),
+             "1 layer deeper": physics.shift_layers(other, 1)}
+    rs = summarise(ref)
+    return {name: compare(ref, Showers(x, e), low_level=False, seed=seed, ref_summary=rs)
+            for name, x in cases.items()}
+
+
+def headline(result: dict) -> dict:
+    """The few numbers a reader wants, inclusive sample: per generator and for the second
+    reference sample, classifier AUC, FPD with error, 3DGAN metric, separation power of the
+    sampling fraction."""
+    names = ("auc_high", "fpd", "three_dgan", "sep:sampling_fraction")
+    rows = {"reference (2nd sample)": result["reference"]["inclusive"]}
+    rows.update({lab: g["bins"]["inclusive"] for lab, g in result["generators"].items()})
+    return {lab: {**{n: metric_value(m, n) for n in names}, "fpd_error": m["fpd"]["error"]}
+            for lab, m in rows.items()}
+
+
+def metric_value(m: dict, name: str) -> float:
+    """One number out of a :func:`compare` dict: ``auc_high``, ``auc_low``, ``jsd_high``,
+    ``fpd``, ``kpd``, ``three_dgan`` or ``sep:<feature>`` / ``wd:<feature>``."""
+    simple = {"auc_high": ("classifier_high", "auc"), "auc_low": ("classifier_low", "auc"),
+              "jsd_high": ("classifier_high", "jsd"), "fpd": ("fpd", "value"),
+              "kpd": ("kpd", "value"), "three_dgan": ("three_dgan", "total")}
+    if name in simple:
+        a, b = simple[name]
+        return float(m[a][b]) if a in m else float("nan")
+    kind, _, feature = name.partition(":")
+    table = {"sep": "separation_power", "wd": "wasserstein"}.get(kind)
+    if table is None or feature not in m.get(table, {}):
+        raise KeyError(f"unknown metric {name!r}")
+    return float(m[table][feature])
+
+
+def metrics_table(result: dict, names=("auc_high", "fpd", "three_dgan", "sep:sampling_fraction",
+                                        "sep:z_mean", "sep:x_var")) -> str:
+    """A Markdown table of ``names`` (see :func:`metric_value`) for every generator and for the
+    independent reference sample ("ideal" at this sample size), one column per bin key."""
+    keys = result["bins"]
+    lines = ["| source | metric | " + " | ".join(keys) + " |",
+             "|---|---|" + "---|" * len(keys)]
+    rows = [("reference (2nd sample)", result["reference"])]
+    rows += [(lab, g["bins"]) for lab, g in result["generators"].items()]
+    for name in names:
+        for lab, per_bin in rows:
+            cells = [f"{metric_value(per_bin[k], name):.3g}" for k in keys]
+            lines.append(f"| {lab} | {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def speed_table(speed: dict) -> str:
+    """A Markdown table of :func:`inference_speed` output, the published estimate last."""
+    lines = ["| source | precision | batch | showers/s |", "|---|---|---|---|"]
+    for r in speed["rows"]:
+        lines.append(f"| {r['source']} | {r['precision']} | {r['batch_size']} | "
+                     f"{r['showers_per_s']:.3g} |")
+    for p in speed.get("published", []):
+        if p.get("showers_per_s"):
+            lines.append(f"| {p['label']} | - | - | {p['showers_per_s']:.2g} |")
+    return "\n".join(lines)
+
+
+def _time_calls(fn, n_calls: int, repeats: int) -> list[float]:
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        for _ in range(n_calls):
+            fn()
+        times.append(time.perf_counter() - t)
+    return times
+
+
+def inference_speed(generator=None, batch_sizes=(1, 8, 32, 128),
+                    precisions=("float32", "bfloat16"), min_showers: int = 128,
+                    repeats: int = 3, synthetic: bool = True, seed: int = 0) -> dict:
+    """Showers per second of GAN inference and of the synthetic generator (medians of
+    ``repeats`` timings of at least ``min_showers`` showers, after one untimed warm-up call).
+
+    The GAN's speed does not depend on its weights: without ``generator`` an untrained one is
+    timed. bfloat16 uses Keras' ``mixed_bfloat16`` policy with the same weights.
+    """
+    from . import model
+
+    base = generator if generator is not None else model.build_generator()
+    rng = np.random.default_rng(seed)
+    rows = []
+    for precision in precisions:
+        net = base if precision == "float32" else model.build_generator(dtype="mixed_" + precision)
+        if net is not base:
+            net.set_weights(base.get_weights())
+        for b in batch_sizes:
+            latent = model.latent_vectors(rng.uniform(10, 500, b), seed)
+            net.predict_on_batch(latent)  # warm-up: traces and compiles the predict function
+            n_calls = -(-min_showers // b)
+            runs = [n_calls * b / t for t in _time_calls(lambda: net.predict_on_batch(latent),
+                                                         n_calls, repeats)]
+            rows.append({"source": "GAN", "precision": precision, "batch_size": b,
+                         "showers_per_s": float(np.median(runs)), "runs": runs})
+    if synthetic:
+        from . import showers
+
+        e = rng.uniform(10, 500, max(min_showers, 64))
+        runs = [len(e) / t for t in _time_calls(lambda: showers.generate(e, seed), 1, repeats)]
+        rows.append({"source": "synthetic generator", "precision": "float32",
+                     "batch_size": len(e), "showers_per_s": float(np.median(runs)), "runs": runs})
+    return {"provenance": provenance(), "rows": rows, "published": _geant4_estimate(rows)}
+
+
+def _geant4_estimate(rows: list[dict]) -> list[dict]:
+    """Published ratios turned into an estimated Geant4 speed on this machine: the best float32
+    GAN speed measured here divided by the published float32-3DGAN / Geant4 ratio."""
+    fp32 = [r["showers_per_s"] for r in rows if r["source"] == "GAN" and r["precision"] == "float32"]
+    out = []
+    for pub in PUBLISHED_SPEED:
+        ratio = pub["gan_int8_over_geant4"] / pub["int8_over_float32"]  # float32 GAN / Geant4
+        out.append(dict(pub, gan_float32_over_geant4=ratio,
+                        showers_per_s=max(fp32) / ratio if fp32 else None))
+    return out

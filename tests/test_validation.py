@@ -1,0 +1,118 @@
+"""Orchestration of the validation: energies, reference samples, checkpoints, the metrics JSON,
+the speed measurement. Generators here are untrained (built and saved in a temporary folder):
+these tests check the machinery, not a trained GAN."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from gan3d import config, datasets, showers, validation
+from gan3d.exceptions import CheckpointError, ConfigError
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """A training output folder with an untrained generator and discriminator."""
+    from gan3d import model
+
+    folder = tmp_path_factory.mktemp("train_1w")
+    model.save_generator(model.build_generator(), folder / "generator.keras")
+    model.save_discriminator(model.build_discriminator(), folder / "discriminator.keras")
+    return folder
+
+
+def small_config(**extra):
+    return config.resolve("quick", {"validation.n_showers": 30, "validation.energy_bins": [100.0],
+                                    **extra})
+
+
+def test_energy_sets_are_in_their_bins_and_reproducible():
+    sets = validation.energy_sets(50, [50.0, 300.0], 5.0, (10.0, 500.0), seed=3)
+    assert list(sets) == ["inclusive", "50", "300"]
+    assert np.all((sets["50"] >= 45) & (sets["50"] <= 55))
+    assert np.all((sets["300"] >= 295) & (sets["300"] <= 305))
+    assert sets["inclusive"].min() >= 10 and sets["inclusive"].max() <= 500
+    again = validation.energy_sets(50, [50.0, 300.0], 5.0, (10.0, 500.0), seed=3)
+    assert all(np.array_equal(sets[k], again[k]) for k in sets)
+
+
+def test_missing_generator_is_named(tmp_path, checkpoint):
+    empty = tmp_path / "train_2w"
+    empty.mkdir()
+    with pytest.raises(CheckpointError, match="train_2w.*generator.keras"):
+        validation.validate([checkpoint, empty], ["1 worker", "2 workers"], small_config(),
+                            results_dir=tmp_path / "out")
+    assert not (tmp_path / "out").exists()  # failed before any work or output
+
+
+def test_one_label_per_checkpoint(tmp_path, checkpoint):
+    with pytest.raises(ConfigError, match="labels"):
+        validation.validate([checkpoint], ["a", "b"], small_config(), results_dir=tmp_path)
+
+
+def test_validate_writes_metrics_for_every_bin(tmp_path, checkpoint):
+    cfg = small_config()
+    result = validation.validate([checkpoint], ["untrained"], cfg, results_dir=tmp_path,
+                                 low_level=False, progress=False)
+    data = json.loads((tmp_path / "metrics.json").read_text())
+    assert data["bins"] == ["inclusive", "100"] == result.bins
+    assert data["config"]["validation"]["n_showers"] == 30 and "commit" in data["provenance"]
+    for key in result.bins:
+        ref, gen = data["reference"][key], data["generators"]["untrained"]["bins"][key]
+        assert ref["n_reference"] == ref["n_generated"] == gen["n_generated"] == 30
+        # an untrained generator is told apart at once; the second reference sample is not
+        assert gen["classifier_high"]["auc"] > 0.9
+        assert gen["separation_power"]["sampling_fraction"] > 0.9
+        assert ref["three_dgan"]["total"] < 0.2 < gen["three_dgan"]["total"]
+        assert math.isnan(gen["fpd"]["value"]) and "showers" in gen["fpd"]["note"]  # 30 < 2 x 151
+    # same primary energies for GAN and reference
+    np.testing.assert_array_equal(result.reference["100"].energy,
+                                  result.generators["untrained"]["100"].energy)
+    disc = result.generators["untrained"]["inclusive"].discriminator
+    assert disc is not None and disc["energy_gev"].shape == (30,)
+    table = validation.metrics_table(data)
+    assert table.count("\n") == 1 + 6 * 2  # header, rule, 6 metrics x (reference + generator)
+    head = validation.headline(data)
+    assert set(head) == {"reference (2nd sample)", "untrained"}
+
+
+def test_clic_reference_comes_from_held_out_files(tmp_path):
+    for i in range(10):  # 9 training files, 1 held out (the last by name)
+        e = np.full(8, 100.0 if i == 9 else 300.0)
+        datasets.write_showers(tmp_path / f"EleEscan_{i}_0.h5", showers.generate(e, i), e)
+    cfg = config.resolve("quick", {"data.source": "clic", "data.path": str(tmp_path),
+                                   "validation.energy_bins": [100.0]})
+    a, b = validation.reference_pair(cfg, "100", np.full(4, 100.0), seed=0)
+    assert len(a.energy) == len(b.energy) == 4 and np.all(a.energy == 100.0)
+    assert not np.array_equal(a.ecal, b.ecal)  # two different halves
+    with pytest.raises(ConfigError, match="295-305 GeV"):  # 300 GeV: training files only
+        validation.reference_pair(cfg, "300", np.full(4, 300.0), seed=0)
+
+
+def test_distortion_check_flags_each_distortion():
+    check = validation.distortion_check(n_showers=400, seed=5)
+    value = validation.metric_value
+    ref = check["reference"]
+    assert value(check["sampling x1.05"], "sep:sampling_fraction") > 3 * value(ref, "sep:sampling_fraction")
+    assert value(check["20% wider"], "sep:x_var") > 0.5 > value(ref, "sep:x_var")
+    assert value(check["1 layer deeper"], "sep:z_mean") > 3 * value(ref, "sep:z_mean")
+    assert value(check["20% wider"], "fpd") > value(ref, "fpd") + 5 * ref["fpd"]["error"]
+    with pytest.raises(KeyError, match="nonsense"):
+        value(ref, "sep:nonsense")
+
+
+def test_inference_speed_rows_and_geant4_estimate():
+    speed = validation.inference_speed(batch_sizes=(2,), min_showers=2, repeats=1,
+                                       precisions=("float32", "bfloat16"))
+    gan = [r for r in speed["rows"] if r["source"] == "GAN"]
+    assert [(r["precision"], r["batch_size"]) for r in gan] == [("float32", 2), ("bfloat16", 2)]
+    assert all(r["showers_per_s"] > 0 for r in speed["rows"])
+    est = speed["published"][0]
+    assert est["gan_float32_over_geant4"] == pytest.approx(67000 / 1.73)
+    assert est["showers_per_s"] == pytest.approx(gan[0]["showers_per_s"] / (67000 / 1.73))
+    assert "doi:10.5220/0010245002510258" in est["source"]
+    assert "| GAN | bfloat16 | 2 |" in validation.speed_table(speed)
