@@ -1,0 +1,126 @@
+"""What runs inside each MPI rank of a scaling experiment: timed steps, a full training, all-reduces.
+
+:mod:`gan3d.scaling` writes a job file and starts ``python -m gan3d.probes JOB.json`` on N ranks
+with :func:`gan3d.distributed.launch`; rank 0 writes the result to ``job["out"]``. A job is::
+
+    {"task": "steps" | "train" | "allreduce", "threads": int, "out": path, ...task fields}
+
+* ``steps``: ``training.measure_step_rate(cfg, steps, warmup)`` on the job's ``config``;
+* ``train``: ``training.train(cfg)``, which writes ``history.jsonl`` in ``cfg.train.output``;
+* ``allreduce``: Horovod and plain-MPI all-reduce times over message ``sizes`` (bytes).
+
+Threads are pinned first (``threads`` intra-op threads per rank, the same at every worker count,
+so that one worker always stands for the same hardware, as one GPU did in the paper).
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from . import distributed
+from .io import read_json, write_json
+
+__all__ = ["main", "pin_threads", "time_allreduce"]
+
+
+def pin_threads(threads: int) -> distributed.World:
+    """Start Horovod with ``threads`` intra-op threads and make the setting stick.
+
+    A first TensorFlow op initialises its runtime, after which later thread requests (the
+    training's own ``distributed.init()``) are ignored instead of overriding this one.
+    """
+    world = distributed.init(threads=threads)
+    import tensorflow as tf
+
+    tf.constant(1.0) + 1.0
+    return world
+
+
+def _steps(job: dict, world: distributed.World) -> dict:
+    from .config import from_dict
+    from .training import measure_step_rate
+
+    cfg = from_dict(job["config"])
+    return measure_step_rate(cfg, job["steps"], job["warmup"])
+
+
+def _train(job: dict, world: distributed.World) -> dict:
+    from .config import from_dict
+    from .training import train
+
+    cfg = from_dict(job["config"])
+    t0 = time.perf_counter()
+    result = train(cfg)
+    return {"wall_s": time.perf_counter() - t0, "output": str(cfg.train.output),
+            "result": repr(result)}
+
+
+def time_allreduce(sizes: list[int], repeats: int, warmup: int = 2) -> dict:
+    """Median seconds per all-reduce (sum) of float32 messages of ``sizes`` bytes, two ways:
+    ``horovod`` (hvd.allreduce of a TF tensor, as training does, incl. Horovod's coordination)
+    and ``mpi`` (mpi4py Allreduce of a NumPy buffer: the MPI library alone)."""
+    import numpy as np
+    import tensorflow as tf
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    out: dict = {"sizes": [], "horovod_s": [], "mpi_s": []}
+    for n in sizes:
+        count = max(1, n // 4)
+        x = tf.ones((count,), tf.float32)
+        buf, res = np.ones(count, np.float32), np.empty(count, np.float32)
+        th, tm = [], []
+        for i in range(warmup + repeats):
+            comm.Barrier()  # start together: we time the collective, not the ranks' skew
+            t0 = time.perf_counter()
+            distributed.allreduce(x, "sum", name=f"bench_{n}").numpy()
+            t1 = time.perf_counter()
+            comm.Barrier()
+            t2 = time.perf_counter()
+            comm.Allreduce(buf, res, op=MPI.SUM)
+            t3 = time.perf_counter()
+            if i >= warmup:
+                th.append(t1 - t0)
+                tm.append(t3 - t2)
+        out["sizes"].append(count * 4)
+        out["horovod_s"].append(statistics.median(th))
+        out["mpi_s"].append(statistics.median(tm))
+    return out
+
+
+def _allreduce(job: dict, world: distributed.World) -> dict:
+    res = time_allreduce(job["sizes"], job["repeats"], job.get("warmup", 2))
+    import tensorflow as tf
+
+    for key in ("horovod_s", "mpi_s"):  # the slowest rank's time is the collective's time
+        worst = distributed.allreduce(tf.constant(res[key], tf.float64), "max", name=f"max_{key}")
+        res[key] = [float(v) for v in tf.reshape(worst, [-1]).numpy()]
+    res["workers"] = world.size
+    return res
+
+
+TASKS = {"steps": _steps, "train": _train, "allreduce": _allreduce}
+
+
+def _run(job_path: str) -> None:
+    job = read_json(job_path)
+    world = pin_threads(int(job.get("threads", 1)))
+    result = TASKS[job["task"]](job, world)
+    if world.is_root:
+        result = dict(result, workers=world.size, threads=int(job.get("threads", 1)))
+        write_json(job["out"], result)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of one rank: ``python -m gan3d.probes JOB.json`` (errors end the whole job)."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1 or not Path(args[0]).is_file():
+        raise SystemExit("usage: python -m gan3d.probes JOB.json")
+    distributed.guard(_run, args[0])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,306 @@
+"""Scaling experiments: time training over worker counts, whole runs with their evaluation, all-reduces.
+
+Every experiment launches ``python -m gan3d.probes`` on N MPI ranks with
+:func:`gan3d.distributed.launch` (so it runs unchanged under a cluster's mpirun) and writes one
+JSON file with the resolved configuration, the machine and the provenance::
+
+    gan3d scale --profile quick                      # -> results/scaling/scaling_weak.json
+    python bench/bench_allreduce.py                  # -> results/bench/allreduce.json
+
+* :func:`run` - time per step after warm-up steps, several repeats, medians; speed-up and
+  efficiency in ``weak`` (fixed per-worker batch, as the paper) or ``strong`` (fixed global batch)
+  scaling. Worker counts above the core count run oversubscribed and are marked so.
+* :func:`overall_time` - full trainings with test-loss evaluation ``serial`` and ``distributed``.
+* :func:`record_timeline` - Horovod's timeline of a short multi-worker run, split per step.
+* :func:`allreduce_benchmark` - all-reduce time and bandwidth over message sizes.
+
+One worker always gets the same number of threads (cores / largest worker count that fits), so a
+worker stands for a fixed piece of hardware, as one GPU did in the paper.
+"""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+from . import distributed, perfmodel, runtime, speedup, timeline, topology
+from .config import Config, to_dict
+from .exceptions import ConfigError
+from .io import ensure_dir, provenance, read_json, write_json
+from .paths import resolve_path
+
+__all__ = [
+    "BENCH_SIZES", "FIT_RANGE", "run", "overall_time", "record_timeline", "allreduce_benchmark",
+    "machine_info", "model_workload", "threads_per_worker", "per_worker_batch", "read_history",
+]
+
+BENCH_SIZES = tuple(1024 * 4**k for k in range(9))  # 1 KiB .. 64 MiB
+FIT_RANGE = (16 * 1024, 16 * 1024**2)  # bytes: brackets the gradients (0.29 MB, 3.5 MB)
+
+
+def machine_info() -> dict:
+    """Cores, the fabric of this machine and its load (1, 5, 15 min), for every results file."""
+    import os
+
+    fabric = topology.read_machine()
+    return {"cores": runtime.cpu_count(), "topology": topology.summary(fabric), "fabric": fabric,
+            "load_average": os.getloadavg()}  # other work on the machine shows up here
+
+
+def threads_per_worker(workers: Sequence[int]) -> int:
+    """Intra-op threads per worker: the cores shared by the largest count that fits (>= 1)."""
+    return max(1, runtime.cpu_count() // min(max(workers), runtime.cpu_count()))
+
+
+def per_worker_batch(cfg: Config, p: int, mode: str, workers: Sequence[int]) -> int:
+    """Showers per worker and step: ``train.batch_size`` (weak) or the global batch
+    ``train.batch_size x max(workers)`` split over ``p`` (strong)."""
+    if mode == "weak":
+        return cfg.train.batch_size
+    total = cfg.train.batch_size * max(workers)
+    if total % p:
+        raise ConfigError(f"strong scaling: global batch {total} (train.batch_size x {max(workers)}) "
+                          f"does not split over {p} workers; choose counts that divide it")
+    return total // p
+
+
+def model_workload(cfg: Config, *, exact: bool = False) -> perfmodel.Workload:
+    """The 3DGAN step's cost with this configuration's train/test split.
+
+    ``exact`` counts FLOPs and parameters on freshly built Keras models; otherwise
+    :data:`perfmodel.REFERENCE_COUNTS` (the same numbers, checked by the tests) is used.
+    Each step all-reduces D's gradients twice and G's twice (:mod:`gan3d.step`).
+    """
+    counts = None
+    if exact:
+        import numpy as np
+
+        from . import model
+
+        g, d = model.build_generator(), model.build_discriminator()
+        counts = {"d_forward_flops": model.forward_flops(d), "g_forward_flops": model.forward_flops(g),
+                  "d_trainable_params": sum(int(np.prod(v.shape)) for v in d.trainable_variables),
+                  "g_trainable_params": sum(int(np.prod(v.shape)) for v in g.trainable_variables)}
+    d = cfg.data
+    per_file = d.n_showers / d.n_files
+    train_files = int(d.n_files * (1.0 - d.test_fraction) + 1e-9)
+    return perfmodel.threedgan_workload(counts, train_showers=int(per_file * train_files),
+                                        test_showers=int(d.n_showers - per_file * train_files))
+
+
+# ---------------------------------------------------------------------------------------------
+# Launching probes
+
+
+def _launch(p: int, job: dict, folder: Path, name: str, *, timeout: float,
+            extra: Sequence[str] = ()) -> dict:
+    """Run one probe job on ``p`` ranks; return rank 0's result."""
+    job_path, out = folder / f"{name}.job.json", folder / f"{name}.out.json"
+    out.unlink(missing_ok=True)
+    write_json(job_path, dict(job, out=str(out)))
+    distributed.launch(p, [sys.executable, "-m", "gan3d.probes", str(job_path)],
+                       timeout=timeout, stream=False, extra=list(extra))
+    job_path.unlink(missing_ok=True)
+    return read_json(out)
+
+
+def _step_times(res: dict) -> list[float]:
+    """Per-step seconds from a ``measure_step_rate`` result (a list, or the mean of one run)."""
+    if res.get("step_times_s"):
+        return [float(t) for t in res["step_times_s"]]
+    if "step_time_s" in res:
+        return [float(res["step_time_s"])]
+    return [float(res["seconds"]) / float(res["steps"])]
+
+
+def _progress(done: int, total: int, t0: float, what: str) -> None:
+    elapsed = time.monotonic() - t0
+    eta = elapsed / done * (total - done) if done else float("nan")
+    print(f"[scale] {done}/{total} {what} | elapsed {elapsed:5.0f} s, ETA {eta:5.0f} s", flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Time per step over worker counts
+
+
+def run(cfg: Config, *, workers: Sequence[int] | None = None, mode: str | None = None,
+        output: str | Path | None = None, timeout: float = 3600.0) -> dict:
+    """Time training steps for each worker count; write ``scaling_<mode>.json``; return it.
+
+    Per count: ``scale.repeats`` launches, each ``scale.warmup_steps`` untimed then
+    ``scale.steps`` timed steps; the median step time over repeats is reported with speed-up and
+    efficiency against the smallest count. Weak: efficiency = t(p0)/t(p). Strong: = p0 t(p0)/(p t(p)).
+    """
+    workers = tuple(sorted(set(workers or cfg.scale.workers)))
+    mode = mode or cfg.scale.mode
+    if mode not in ("weak", "strong") or not workers or min(workers) < 1:
+        raise ConfigError(f"scaling needs mode weak|strong and positive worker counts, got "
+                          f"{mode!r} {workers}")
+    folder = ensure_dir(resolve_path(output or cfg.scale.output))
+    threads, cores, s = threads_per_worker(workers), runtime.cpu_count(), cfg.scale
+    jobs = {}
+    for p in workers:
+        cfg_p = cfg.replace(**{"train.batch_size": per_worker_batch(cfg, p, mode, workers),
+                               "train.workers": p})
+        jobs[p] = {"task": "steps", "config": to_dict(cfg_p), "steps": s.steps,
+                   "warmup": s.warmup_steps, "threads": threads}
+    runs: dict[int, list[list[float]]] = {p: [] for p in workers}
+    t0, total = time.monotonic(), len(workers) * s.repeats
+    for r in range(s.repeats):  # repeats outermost: a drifting machine load hits every count alike
+        for p in workers:
+            runs[p].append(_step_times(_launch(p, jobs[p], folder, f"steps_p{p}_r{r}", timeout=timeout)))
+            _progress(r * len(workers) + workers.index(p) + 1, total, t0,
+                      f"p={p}: {statistics.median(runs[p][-1]):.3f} s/step")
+    points = [_point(p, jobs[p]["config"]["train"]["batch_size"], runs[p], cores, threads)
+              for p in workers]
+    _speedups(points, mode)
+    result = {"kind": "scaling", "mode": mode, "points": points, "threads_per_worker": threads,
+              "workload": model_workload(cfg).__dict__, "config": to_dict(cfg),
+              "machine": machine_info(), "provenance": provenance()}
+    write_json(folder / f"scaling_{mode}.json", result)
+    return result
+
+
+def _point(p: int, b: int, runs: list[list[float]], cores: int, threads: int) -> dict:
+    medians = [statistics.median(r) for r in runs]
+    steps = [t for r in runs for t in r]
+    mean = statistics.fmean(steps)
+    return {"workers": p, "batch_per_worker": b, "global_batch": b * p,
+            "oversubscribed": p * threads > cores, "threads_per_worker": threads,
+            "step_time_s": statistics.median(medians), "repeat_step_times_s": medians,
+            "step_times_s": steps,
+            "step_time_cv": statistics.stdev(steps) / mean if len(steps) > 1 else 0.0,
+            "showers_per_s": b * p / statistics.median(medians)}
+
+
+def _speedups(points: list[dict], mode: str) -> None:
+    """Add speed-up (throughput ratio) and efficiency against the smallest count, in place."""
+    base = points[0]
+    for pt in points:
+        ratio = pt["workers"] / base["workers"]
+        pt["speedup"] = pt["showers_per_s"] / base["showers_per_s"] if mode == "weak" else \
+            base["step_time_s"] / pt["step_time_s"]
+        pt["efficiency"] = pt["speedup"] / ratio
+
+
+# ---------------------------------------------------------------------------------------------
+# Whole trainings: serial against distributed evaluation
+
+
+def read_history(path: str | Path) -> dict:
+    """Mean seconds per timed epoch (train, eval, total) from a training's ``history.jsonl``."""
+    import json
+
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path} does not exist: the training wrote no history")
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    timed = [r for r in rows if r.get("timed", True)]
+    if not timed:
+        raise ConfigError(f"{path}: no timed epoch; raise train.epochs above "
+                          f"train.timing_warmup_epochs")
+    mean = lambda k: statistics.fmean(float(r[k]) for r in timed)  # noqa: E731
+    return {"epochs": len(timed), "train_s": mean("time_train_s"), "eval_s": mean("time_eval_s"),
+            "epoch_s": mean("time_epoch_s"), "eval_mode": timed[0].get("eval_mode"),
+            "workers": int(timed[0].get("workers", 1))}
+
+
+def overall_time(cfg: Config, *, workers: Sequence[int] = (1, 2), output: str | Path | None = None,
+                 timeout: float = 7200.0) -> dict:
+    """Full trainings incl. the test loss, evaluation ``serial`` and ``distributed``, per count.
+
+    Writes ``overall_time.json`` and ``overall_time.md`` (the table) in ``output``; the analysis
+    (speed-ups, Amdahl, the paper's 9.07x) is :func:`gan3d.speedup.analyse_overall`.
+    """
+    workers = tuple(sorted(set(workers)))
+    folder = ensure_dir(resolve_path(output or cfg.scale.output))
+    if cfg.data.source == "synthetic":  # made here, once, not inside the timed MPI job
+        from .showers import generate_dataset
+
+        generate_dataset(cfg.data, progress=False)
+    threads, runs, t0 = threads_per_worker(workers), {}, time.monotonic()
+    plan = [(p, m) for p in workers for m in ("serial", "distributed") if not (p == 1 and m != "serial")]
+    for k, (p, mode) in enumerate(plan):
+        out = folder / "overall" / f"{mode}_p{p}"
+        shutil.rmtree(out, ignore_errors=True)  # a fresh training, never a resumed one
+        cfg_r = cfg.replace(**{"train.eval_mode": mode, "train.workers": p, "train.output": str(out)})
+        _launch(p, {"task": "train", "config": to_dict(cfg_r), "threads": threads}, folder,
+                f"train_{mode}_p{p}", timeout=timeout)
+        runs[f"{mode}_p{p}"] = read_history(out / "history.jsonl")
+        _progress(k + 1, len(plan), t0, f"training p={p} eval={mode}: "
+                  f"{runs[f'{mode}_p{p}']['epoch_s']:.1f} s/epoch")
+    runs["distributed_p1"] = runs["serial_p1"]  # one worker: both modes are the same run
+    result = {"kind": "overall_time", "runs": runs,
+              "analysis": speedup.analyse_overall(runs, workers),
+              "threads_per_worker": threads, "config": to_dict(cfg), "machine": machine_info(),
+              "provenance": provenance()}
+    write_json(folder / "overall_time.json", result)
+    from .io import atomic_path
+
+    with atomic_path(folder / "overall_time.md") as tmp:
+        tmp.write_text(speedup.overall_table(result["analysis"]))
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# Horovod timeline and the all-reduce benchmark
+
+
+def record_timeline(cfg: Config, *, workers: int = 2, steps: int | None = None,
+                    output: str | Path | None = None, timeout: float = 3600.0) -> dict:
+    """A short ``workers``-rank run with ``HOROVOD_TIMELINE``; per-step compute/all-reduce/waiting.
+
+    Horovod's response cache is switched off for this run (``HOROVOD_CACHE_CAPACITY=0``): with it,
+    repeated collectives skip the negotiation whose per-rank ticks measure the waiting.
+
+    Writes ``timeline.json`` (Horovod's Chrome trace) and ``timeline_breakdown.json``.
+    """
+    folder = ensure_dir(resolve_path(output or cfg.scale.output))
+    trace = folder / "timeline.json"
+    trace.unlink(missing_ok=True)
+    steps = steps or cfg.scale.steps
+    cfg_p = cfg.replace(**{"train.workers": workers})
+    job = {"task": "steps", "config": to_dict(cfg_p), "steps": steps,
+           "warmup": cfg.scale.warmup_steps, "threads": threads_per_worker([workers])}
+    res = _launch(workers, job, folder, f"timeline_p{workers}", timeout=timeout,
+                  extra=["-x", f"HOROVOD_TIMELINE={trace}", "-x", "HOROVOD_CACHE_CAPACITY=0"])
+    parsed = timeline.breakdown(timeline.load(trace), workers, last_steps=steps)
+    result = {"kind": "timeline", "workers": workers, "batch_per_worker": cfg.train.batch_size,
+              "measured_step_time_s": statistics.median(_step_times(res)), **parsed,
+              "config": to_dict(cfg), "machine": machine_info(), "provenance": provenance()}
+    write_json(folder / "timeline_breakdown.json", result)
+    return result
+
+
+def allreduce_benchmark(*, workers: int = 2, sizes: Sequence[int] = BENCH_SIZES, repeats: int = 20,
+                        output: str | Path = "results/bench/allreduce.json",
+                        timeout: float = 900.0) -> dict:
+    """All-reduce time over message ``sizes`` (bytes) on ``workers`` ranks, Horovod and plain MPI.
+
+    Bandwidth by the ring formula 2(p-1)/p n / t; latency and bandwidth fitted with
+    :func:`perfmodel.fit_allreduce` over :data:`FIT_RANGE`; Horovod's per-call overhead (mostly
+    the wait for its next coordination cycle, ``HOROVOD_CYCLE_TIME``) is its intercept minus MPI's.
+    """
+    path = resolve_path(output)
+    folder = ensure_dir(path.parent)
+    raw = _launch(workers, {"task": "allreduce", "sizes": list(sizes), "repeats": repeats,
+                            "threads": threads_per_worker([workers])}, folder,
+                  f"allreduce_p{workers}", timeout=timeout)
+    p, n = workers, raw["sizes"]
+    lo, hi = FIT_RANGE if sum(FIT_RANGE[0] <= s <= FIT_RANGE[1] for s in n) >= 2 else (0, float("inf"))
+    fits = {k: perfmodel.fit_allreduce(n, raw[f"{k}_s"], p, lo, hi) for k in ("horovod", "mpi")}
+    wl = perfmodel.threedgan_workload()
+    result = {"kind": "allreduce", "workers": p, "sizes_bytes": n, "repeats": repeats,
+              "time_s": {k: raw[f"{k}_s"] for k in fits},
+              "bus_bandwidth_Bps": {k: [2 * (p - 1) / p * b / t for b, t in zip(n, raw[f"{k}_s"])]
+                                    for k in fits},
+              "fit": fits, "horovod_overhead_s": max(0.0, fits["horovod"]["intercept_s"]
+                                                      - fits["mpi"]["intercept_s"]),
+              "gradient_bytes": {"G": wl.allreduce_bytes[2], "D": wl.allreduce_bytes[0]},
+              "machine": machine_info(), "provenance": provenance()}
+    write_json(path, result)
+    return result

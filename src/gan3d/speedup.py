@@ -1,0 +1,132 @@
+"""Speed-up arithmetic on recorded results: the overall-time study, the model against measurement,
+the paper's numbers, and the headline summary of notebook 03.
+
+Pure functions of the JSON results written by :mod:`gan3d.scaling` and ``bench/bench_allreduce.py``
+(no TensorFlow, no MPI), so that figures and checks are cheap to redo.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+from . import perfmodel as pm
+
+__all__ = ["analyse_overall", "overall_table", "calibrated_hardware", "model_check", "paper_check"]
+
+
+def analyse_overall(runs: dict, workers: Sequence[int]) -> dict:
+    """Speed-ups of whole trainings against the 1-worker run, with Amdahl's law.
+
+    ``runs`` maps ``"<eval_mode>_p<p>"`` to :func:`gan3d.scaling.read_history` summaries (mean
+    seconds per timed epoch: ``train_s``, ``eval_s``, ``epoch_s``); the work per epoch is fixed
+    (one pass over the training set), so ideal times fall as 1/p. Returns ``rows`` (one per run),
+    the measured serial fraction (evaluation share of the 1-worker epoch), per p > 1 the fitted
+    serial fraction, Amdahl's prediction, the gain from distributed evaluation and the gap between
+    overall and training-only efficiency, and the paper's 12-GPU result explained the same way.
+    """
+    base = runs["serial_p1"]
+    s_measured = base["eval_s"] / base["epoch_s"]
+    rows, checks = [], []
+    for p in workers:
+        for mode in ("serial",) if p == 1 else ("serial", "distributed"):  # 1 worker: one run
+            r = runs[f"{mode}_p{p}"]
+            sp, tsp = base["epoch_s"] / r["epoch_s"], base["train_s"] / r["train_s"]
+            rows.append({"workers": p, "eval_mode": mode, "epoch_s": r["epoch_s"],
+                         "train_s": r["train_s"], "eval_s": r["eval_s"], "speedup": sp,
+                         "efficiency": sp / p, "train_speedup": tsp, "train_efficiency": tsp / p})
+    for p in (w for w in workers if w > 1):
+        ser = next(r for r in rows if r["workers"] == p and r["eval_mode"] == "serial")
+        dis = next(r for r in rows if r["workers"] == p and r["eval_mode"] == "distributed")
+        e = ser["train_efficiency"]
+        checks.append({
+            "workers": p,
+            "serial_fraction_fitted": pm.serial_fraction(ser["speedup"], p, e),
+            "amdahl_speedup": float(pm.amdahl_speedup(p, s_measured, e)),
+            "measured_speedup_serial": ser["speedup"],
+            "measured_speedup_distributed": dis["speedup"],
+            "gain_distributed_over_serial": dis["speedup"] / ser["speedup"],
+            "efficiency_gap_serial_points": 100 * (ser["train_efficiency"] - ser["efficiency"]),
+            "efficiency_gap_distributed_points": 100 * (dis["train_efficiency"] - dis["efficiency"]),
+        })
+    return {"rows": rows, "serial_fraction_measured": s_measured, "per_workers": checks,
+            "paper": paper_check()["overall"]}
+
+
+def overall_table(analysis: dict) -> str:
+    """The overall-time result as a markdown table (times in seconds per epoch)."""
+    lines = ["| workers | evaluation | s/epoch | train s | eval s | speed-up | efficiency | "
+             "training-only efficiency |", "|---|---|---|---|---|---|---|---|"]
+    for r in analysis["rows"]:
+        lines.append(f"| {r['workers']} | {r['eval_mode']} | {r['epoch_s']:.2f} | {r['train_s']:.2f} "
+                     f"| {r['eval_s']:.2f} | {r['speedup']:.2f}x | {100 * r['efficiency']:.1f} % "
+                     f"| {100 * r['train_efficiency']:.1f} % |")
+    p = analysis["paper"]
+    lines += ["", f"Serial fraction measured here (1 worker): "
+              f"{100 * analysis['serial_fraction_measured']:.1f} %."]
+    for c in analysis["per_workers"]:
+        lines.append(f"At {c['workers']} workers: Amdahl predicts {c['amdahl_speedup']:.2f}x with "
+                     f"serial evaluation, measured {c['measured_speedup_serial']:.2f}x (fitted serial "
+                     f"fraction {100 * c['serial_fraction_fitted']:.1f} %); distributed evaluation "
+                     f"{c['measured_speedup_distributed']:.2f}x, a gain of "
+                     f"{100 * (c['gain_distributed_over_serial'] - 1):+.1f} %.")
+    lines.append(f"Paper (12 P100): {p['published_speedup']:.2f}x published; serial fraction "
+                 f"{100 * p['serial_fraction_fitted']:.2f} % fitted (inferred) against "
+                 f"{100 * p['serial_fraction_flops']:.2f} % from the FLOP counts, which predicts "
+                 f"{p['model_speedup']:.2f}x; with distributed evaluation the model gives "
+                 f"{p['model_speedup_distributed']:.2f}x.")
+    return "\n".join(lines) + "\n"
+
+
+def calibrated_hardware(scale: dict, bench: dict, wl: pm.Workload) -> pm.Hardware:
+    """This machine in the model: the rate from the smallest worker count's median step time (it
+    must be 1 worker), the link from the all-reduce benchmark (MPI latency and bandwidth, Horovod's
+    per-call overhead), the jitter from the spread of the 1-worker steps."""
+    one = scale["points"][0]
+    if one["workers"] != 1:
+        raise ValueError("calibration needs a 1-worker measurement in the scaling results")
+    fit = bench["fit"]["mpi"]
+    return pm.calibrate(one["step_time_s"], one["batch_per_worker"], wl,
+                        bandwidth=fit["bandwidth_Bps"], latency=fit["latency_s"],
+                        overhead=bench["horovod_overhead_s"], jitter=one.get("step_time_cv", 0.0))
+
+
+def model_check(scale: dict, bench: dict, wl: pm.Workload) -> list[dict]:
+    """Predicted against measured time per step for every worker count (relative error)."""
+    hw = calibrated_hardware(scale, bench, wl)
+    out = []
+    for pt in scale["points"]:
+        st = pm.step_time(pt["workers"], pt["batch_per_worker"], wl, hw)
+        out.append({"workers": pt["workers"], "measured_s": pt["step_time_s"],
+                    "predicted_s": st.total, "compute_s": st.compute, "wait_s": st.wait,
+                    "comm_s": st.comm, "rel_error": st.total / pt["step_time_s"] - 1.0,
+                    "oversubscribed": pt["oversubscribed"]})
+    return out
+
+
+def paper_check(wl: pm.Workload | None = None) -> dict:
+    """The model with the paper's hardware against its 98.9 % (training) and 9.07x (overall)."""
+    wl = wl or pm.threedgan_workload()
+    P = pm.PAPER
+    hw = pm.paper_hardware(wl)
+    p, b = P["workers"], P["batch"]
+    eff = float(pm.efficiency([p], b, wl, hw)[0])
+    cv = pm.paper_jitter(wl, hw)
+    hj = dataclasses.replace(hw, jitter=cv)
+    e1 = pm.epoch_time(1, b, wl, hj, "serial")
+    s_flops = e1["eval"] / e1["total"]
+    published = P["time_1_s"] / P["time_12_s"]
+    t12 = pm.epoch_time(p, b, wl, hj, "serial")["total"]
+    t12d = pm.epoch_time(p, b, wl, hj, "distributed")["total"]
+    st = pm.step_time(p, b, wl, hw)
+    return {
+        "sustained_flops": hw.rate, "fraction_of_peak": hw.rate / P["p100_peak_flops"],
+        "step_time_1_s": pm.step_time(1, b, wl, hw).total, "comm_per_step_12_s": st.comm,
+        "model_efficiency_12": eff, "published_efficiency_12": P["train_efficiency"],
+        "jitter_cv_inferred": cv,
+        "overall": {"published_speedup": published,
+                    "serial_fraction_fitted": pm.serial_fraction(published, p, P["train_efficiency"]),
+                    "serial_fraction_flops": s_flops,
+                    "model_speedup": e1["total"] / t12, "model_speedup_distributed": e1["total"] / t12d,
+                    "amdahl_limit_flops": 1.0 / s_flops},
+    }

@@ -1,0 +1,208 @@
+"""Horovod's timeline, read: where each step's time goes - computation, all-reduce, waiting.
+
+With ``HOROVOD_TIMELINE=file`` rank 0 (the coordinator) writes a Chrome trace: one "process" per
+tensor, and per collective a ``NEGOTIATE_<OP>`` span with a tick per rank when that rank submitted
+the tensor, then the ``<OP>`` span in which the data moves. For one collective ``c``:
+
+* ``ready[c][r]`` - the tick of rank r; ``all_ready`` = the latest tick;
+* waiting of rank r = ``all_ready - ready[r]`` (it had nothing to do but wait for the others);
+* communication = ``end - all_ready`` (coordination until the op starts, then the transfer).
+
+A step is one period of the repeating sequence of collectives; its duration is the time between
+the ends of the last collectives of consecutive steps, and computation = duration - waiting -
+communication. Ticks of ranks other than 0 reach the coordinator at its next cycle
+(``HOROVOD_CYCLE_TIME``), so the split between waiting and coordination is good to about a cycle.
+Times in the results are seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+
+from .exceptions import Gan3dError
+
+__all__ = ["load", "collectives", "period", "breakdown"]
+
+_DTYPE_BYTES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int32": 4, "int64": 8,
+                "uint8": 1, "int8": 1, "bool": 1}
+
+
+class TimelineError(Gan3dError, ValueError):
+    """A Horovod timeline file is missing, unreadable, or holds no repeating step."""
+
+
+def load(path: str | Path) -> list[dict]:
+    """The events of a timeline file. Horovod leaves the JSON array open until it shuts down
+    cleanly, so a missing closing bracket (or a trailing comma) is tolerated."""
+    path = Path(path)
+    if not path.is_file():
+        raise TimelineError(f"timeline {path} does not exist; was HOROVOD_TIMELINE passed to the ranks?")
+    text = path.read_text().strip().rstrip(",")
+    if not text.endswith("]"):
+        text += "]"
+    try:
+        events = json.loads(re.sub(r",\s*\]$", "]", text))
+    except json.JSONDecodeError as exc:
+        raise TimelineError(f"timeline {path} is not valid JSON ({exc})") from None
+    return [e for e in events if isinstance(e, dict)]
+
+
+def _nbytes(args: dict | None) -> int:
+    if not args or "shape" not in args:
+        return 0
+    dims = [int(d) for d in re.findall(r"\d+", str(args["shape"]))]
+    return int(np.prod(dims, dtype=np.int64)) * _DTYPE_BYTES.get(str(args.get("dtype")), 4)
+
+
+def _tensor_ops(events: list[dict]) -> list[dict]:
+    """Per tensor and collective: its name, rank ticks, op start/end (us), bytes."""
+    names = {e["pid"]: e["args"].get("name", str(e["pid"])) for e in events
+             if e.get("ph") == "M" and e.get("name") == "process_name" and "name" in e.get("args", {})}
+    ops, open_ = [], {}  # open_[pid] = (record, stack of open span names)
+    for e in events:
+        pid, ph = e.get("pid"), e.get("ph")
+        if pid not in names or ph not in ("B", "E", "X"):
+            continue
+        rec, stack = open_.get(pid, (None, []))
+        if ph == "B" and not stack:
+            if e["name"].startswith("NEGOTIATE_"):
+                rec = {"tensor": names[pid], "ready": {}, "op": e["name"][len("NEGOTIATE_"):]}
+            elif rec is not None:
+                rec["start"] = e["ts"]
+            stack = [e["name"]]
+        elif ph == "B":
+            stack = stack + [e["name"]]
+        elif ph == "X" and rec is not None and stack and stack[0].startswith("NEGOTIATE_"):
+            if e["name"].isdigit():
+                rec["ready"][int(e["name"])] = e["ts"]
+        elif ph == "E" and stack:
+            stack = stack[:-1]
+            if not stack and rec is not None and "start" in rec:
+                rec["end"], rec["bytes"] = e["ts"], _nbytes(e.get("args"))
+                ops.append(rec)
+                rec = None
+        open_[pid] = (rec, stack)
+    return ops
+
+
+def collectives(events: list[dict], workers: int) -> list[dict]:
+    """Tensors whose op spans overlap were fused into one collective; return them in time order,
+    each with ``tensors``, ``bytes``, per-rank ``ready`` (us), ``all_ready``, ``start``, ``end``."""
+    ops = sorted((o for o in _tensor_ops(events) if len(o["ready"]) == workers),
+                 key=lambda o: o["start"])
+    out: list[dict] = []
+    for o in ops:
+        if out and o["start"] <= out[-1]["end"]:
+            c = out[-1]
+            c["tensors"].append(o["tensor"])
+            c["bytes"] += o["bytes"]
+            c["end"] = max(c["end"], o["end"])
+            c["ready"] = [max(a, o["ready"][r]) for r, a in enumerate(c["ready"])]
+        else:
+            out.append({"tensors": [o["tensor"]], "bytes": o["bytes"], "start": o["start"],
+                        "end": o["end"], "ready": [o["ready"][r] for r in range(workers)],
+                        "op": o["op"]})
+    for c in out:
+        c["all_ready"] = max(c["ready"])
+        c["signature"] = "|".join(sorted({re.sub(r"_\d+of\d+$", "", t) for t in c["tensors"]}))
+    return out
+
+
+def period(signatures: list[str], min_match: float = 0.9) -> int:
+    """The number of collectives per step: the smallest lag at which the sequence repeats itself
+    (at least ``min_match`` of the positions agree). Start-up broadcasts and a trailing summary
+    barely lower the score; a step of K collectives scores 1 at lags K, 2K, ..."""
+    m = len(signatures)
+    for k in range(1, m // 2 + 1):
+        agree = sum(signatures[i] == signatures[i + k] for i in range(m - k))
+        if agree / (m - k) >= min_match:
+            return k
+    raise TimelineError(f"no repeating step in {m} collectives; record more steps (>= 3)")
+
+
+def _steps(colls: list[dict], k: int, last_steps: int | None) -> list[list[int]]:
+    """Indices of the collectives of each complete step, oldest first (the last ``last_steps``).
+
+    A step ends with the collective that carries the step's losses when there is one (its name
+    contains ``loss``), so that figures show whole steps; otherwise the phase is arbitrary, which
+    changes no mean.
+    """
+    sig = [c["signature"] for c in colls]
+    end = max(i for i in range(len(sig)) if i >= k and sig[i] == sig[i - k])
+    start = end
+    while start - k >= 0 and sig[start - k] == sig[start]:
+        start -= 1
+    start = max(start - k + 1, 0)  # first index of the periodic stretch
+    window = sig[start:end + 1]
+    ends = [j for j in range(k) if "loss" in window[j]] or [k - 1]
+    first_end = start + ends[0]
+    steps = []
+    for e in range(first_end, end + 1, k):
+        if e - k >= 0 and e - k + 1 >= start:  # a previous step end exists to measure from
+            steps.append(list(range(e - k + 1, e + 1)))
+    if last_steps:
+        steps = steps[-last_steps:]
+    if not steps:
+        raise TimelineError("the timeline holds no complete step after the first one")
+    return steps
+
+
+def breakdown(events: list[dict], workers: int, *, last_steps: int | None = None,
+              strip_steps: int = 3) -> dict:
+    """Per-step computation, waiting and communication of each rank from a timeline's events.
+
+    Returns ``per_step`` (lists per rank), ``mean`` (seconds per step, averaged over steps and
+    ranks, plus fractions of the step), ``collectives_per_step``, the ``messages`` of one step
+    (bytes) and a ``strip`` of the last ``strip_steps`` steps for drawing: spans
+    ``[rank, kind, start_s, end_s]`` with kind compute | wait | comm, time from the strip's start.
+    """
+    # Steps are made of all-reduces; the start-up broadcasts (one per variable) are not.
+    colls = [c for c in collectives(events, workers) if c["op"] == "ALLREDUCE"]
+    if len(colls) < 4:
+        raise TimelineError(f"only {len(colls)} complete collectives in the timeline")
+    k = period([c["signature"] for c in colls])
+    steps = _steps(colls, k, last_steps)
+    us = 1e-6
+    per_step = []
+    for idx in steps:
+        prev_end = colls[idx[0] - 1]["end"]
+        dur = (colls[idx[-1]]["end"] - prev_end) * us
+        comm = sum(colls[i]["end"] - colls[i]["all_ready"] for i in idx) * us
+        transfer = sum(colls[i]["end"] - colls[i]["start"] for i in idx) * us
+        wait = [sum(colls[i]["all_ready"] - colls[i]["ready"][r] for i in idx) * us
+                for r in range(workers)]
+        per_step.append({"duration_s": dur, "comm_s": comm, "transfer_s": transfer,
+                         "coordination_s": comm - transfer, "wait_s": wait,
+                         "compute_s": [dur - w - comm for w in wait]})
+    mean = {"step_s": float(np.mean([s["duration_s"] for s in per_step])),
+            "compute_s": float(np.mean([s["compute_s"] for s in per_step])),
+            "wait_s": float(np.mean([s["wait_s"] for s in per_step])),
+            "comm_s": float(np.mean([s["comm_s"] for s in per_step])),
+            "transfer_s": float(np.mean([s["transfer_s"] for s in per_step])),
+            "coordination_s": float(np.mean([s["coordination_s"] for s in per_step]))}
+    for key in ("compute", "wait", "comm"):
+        mean[f"{key}_fraction"] = mean[f"{key}_s"] / mean["step_s"] if mean["step_s"] > 0 else math.nan
+    return {"steps": len(per_step), "collectives_per_step": k, "per_step": per_step, "mean": mean,
+            "messages": [{"tensors": len(colls[i]["tensors"]), "bytes": colls[i]["bytes"],
+                          "name": colls[i]["signature"]} for i in steps[-1]],
+            "strip": _strip(colls, steps[-strip_steps:], workers)}
+
+
+def _strip(colls: list[dict], steps: list[list[int]], workers: int) -> list[list]:
+    """Spans of the given steps per rank: compute until ready, wait until all ready, comm to end."""
+    t0 = colls[steps[0][0] - 1]["end"]
+    spans = []
+    for r in range(workers):
+        prev = t0
+        for idx in steps:
+            for i in idx:
+                c = colls[i]
+                spans += [[r, "compute", prev, c["ready"][r]], [r, "wait", c["ready"][r], c["all_ready"]],
+                          [r, "comm", c["all_ready"], c["end"]]]
+                prev = c["end"]
+    return [[r, kind, (a - t0) * 1e-6, (b - t0) * 1e-6] for r, kind, a, b in spans if b > a]
