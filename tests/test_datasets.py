@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from gan3d import datasets
-from gan3d.exceptions import CorruptDataFile, DataError, DataFileMissing, DataSchemaError, DataValueError
+from gan3d.exceptions import (CorruptDataFile, DataError, DataFileMissing, DataSchemaError,
+                              DataValueError)
 
 
 def _showers(n, seed=0, first_energy=10.0):
@@ -97,7 +98,8 @@ def test_not_hdf5_and_truncated_files(tmp_path):
     ({"ECAL": np.zeros((3, 25, 25, 25), np.float32)}, "without 'target'"),
     ({"ECAL": np.zeros((3, 25, 25, 20), np.float32), "target": np.zeros((3, 2))}, "shape"),
     ({"ECAL": np.zeros((3, 25, 25, 25), np.int32), "target": np.zeros((3, 2))}, "dtype int32"),
-    ({"ECAL": np.zeros((3, 25, 25, 25), np.float32), "target": np.zeros((3,))}, "'target' has shape"),
+    ({"ECAL": np.zeros((3, 25, 25, 25), np.float32), "target": np.zeros((3,))},
+     "'target' has shape"),
     ({"ECAL": np.zeros((3, 25, 25, 25), np.float32), "target": np.zeros((2, 2))}, "N = 3"),
     ({"ECAL": np.zeros((3, 51, 51, 25), np.float32)}, "without 'energy'"),
 ])
@@ -141,7 +143,8 @@ def test_check_files_verifies_manifest_checksums(tmp_path):
     write_json(tmp_path / datasets.MANIFEST, {"files": [
         {"name": "a.h5", "sha256": datasets.sha256(path)},
         {"name": "gone.h5", "sha256": "0"}]})
-    assert datasets.check_files(tmp_path) == [f"{tmp_path / 'gone.h5'}: listed in manifest.json but missing"]
+    missing = f"{tmp_path / 'gone.h5'}: listed in manifest.json but missing"
+    assert datasets.check_files(tmp_path) == [missing]
     datasets.write_showers(path, *_showers(8, seed=9))  # same schema, other content
     assert any("checksum differs" in p for p in datasets.check_files(tmp_path))
 
@@ -167,7 +170,8 @@ def test_preprocess_is_the_reference_recipe():
     ecal[0, 0, 0, 0] = 9e-7  # below threshold: zeroed before scaling
     ecal[1, 3, 4, 5] = 2e-6
     out = datasets.preprocess(ecal, np.array([100.0, 450.0]))
-    assert out["image"].shape == (2, 25, 25, 25, 1) and all(v.dtype == np.float32 for v in out.values())
+    assert out["image"].shape == (2, 25, 25, 25, 1)
+    assert all(v.dtype == np.float32 for v in out.values())
     assert out["image"][0, 12, 12, 5, 0] == pytest.approx(50.0)
     assert out["image"][0, 0, 0, 0, 0] == 0.0
     assert out["image"][1, 3, 4, 5, 0] == pytest.approx(2e-4)
@@ -214,7 +218,8 @@ def test_shards_are_disjoint_cover_and_reshuffle(train_files, memory_limit, slab
     assert seen == owned  # over epochs, every shower is used
     a, again, other = (list(shards[0].iter_numpy(e)) for e in (1, 1, 2))
     np.testing.assert_array_equal(_ids(a[0]), _ids(again[0]))  # seeded
-    assert not np.array_equal(np.concatenate([_ids(x) for x in a]), np.concatenate([_ids(x) for x in other]))
+    flat = [np.concatenate([_ids(x) for x in batches]) for batches in (a, other)]
+    assert not np.array_equal(*flat)
 
 
 def test_batches_carry_the_preprocessed_showers(train_files):
@@ -258,4 +263,19 @@ def test_tf_dataset_shapes_and_cardinality(train_files):
     assert ds.element_spec["image"].shape.as_list() == [8, 25, 25, 25, 1]
     np.testing.assert_array_equal(batches[2]["energy"], list(s.iter_numpy(0))[2]["energy"])
     test = datasets.test_batches(train_files, 0, 1, 50)
-    assert [int(x["energy"].shape[0]) for x in test] == [50, 50, 28] and isinstance(test, tf.data.Dataset)
+    assert isinstance(test, tf.data.Dataset)
+    assert [int(x["energy"].shape[0]) for x in test] == [50, 50, 28]
+
+
+def test_load_sample_from_files_and_synthetic(tmp_path):
+    ecal, _ = _showers(40)
+    energy = np.r_[np.full(20, 48.0), np.full(20, 203.0)].astype(np.float32)
+    datasets.write_showers(tmp_path / "a.h5", ecal[:25], energy[:25])
+    datasets.write_showers(tmp_path / "b.h5", ecal[25:], energy[25:])
+    got = datasets.load_sample(tmp_path, 30, [50, 200, 400])
+    assert len(got["energy"]) == 30 and sorted(got["by_energy"]) == [50.0, 200.0]  # 400: none
+    assert len(got["by_energy"][50.0]) == 20 and len(got["by_energy"][200.0]) == 10
+    np.testing.assert_array_equal(got["primary"][200.0], np.full(10, 203.0, np.float32))
+    synth = datasets.load_sample("synthetic", 20, [100], seed=1)
+    assert synth["ecal"].shape == synth["by_energy"][100.0].shape == (20, 25, 25, 25)
+    assert 10 <= synth["energy"].min() and synth["energy"].max() <= 500

@@ -173,7 +173,7 @@ def test_generate_dataset_files_manifest_and_round_trip(tmp_path):
     cfg = _cfg(tmp_path, energy_min=20.0, energy_max=300.0)
     m = showers.generate_dataset(cfg, progress=False, workers=1)
     files = datasets.list_files(tmp_path)
-    assert [f.name for f in files] == ["EleEscan_1_001.h5", "EleEscan_1_002.h5", "EleEscan_1_003.h5"]
+    assert [f.name for f in files] == [f"EleEscan_1_00{j}.h5" for j in (1, 2, 3)]
     assert [e["n_showers"] for e in m["files"]] == [20, 20, 20] and not m["reused"]
     assert datasets.check_files(tmp_path) == []
     # The first file is exactly what the generator makes with that file's seed.
@@ -189,11 +189,13 @@ def test_generate_dataset_reuses_and_does_not_depend_on_workers(tmp_path):
     one = showers.generate_dataset(cfg, progress=False, workers=1)
     mtimes = [p.stat().st_mtime_ns for p in datasets.list_files(tmp_path / "a")]
     again = showers.generate_dataset(cfg, progress=False)
-    assert again["reused"] and [p.stat().st_mtime_ns for p in datasets.list_files(tmp_path / "a")] == mtimes
+    assert again["reused"]
+    assert [p.stat().st_mtime_ns for p in datasets.list_files(tmp_path / "a")] == mtimes
     two = showers.generate_dataset(_cfg(tmp_path / "b"), progress=False, workers=2)
     assert [f["sha256"] for f in one["files"]] == [f["sha256"] for f in two["files"]]
     # New parameters: the old set is replaced, not mixed.
-    new = showers.generate_dataset(_cfg(tmp_path / "a", n_files=2, seed=1), progress=False, workers=1)
+    new = showers.generate_dataset(_cfg(tmp_path / "a", n_files=2, seed=1), progress=False,
+                                   workers=1)
     assert not new["reused"] and len(datasets.list_files(tmp_path / "a")) == 2
 
 
@@ -218,3 +220,20 @@ def test_generate_dataset_refuses_to_mix_with_foreign_files(tmp_path):
     with pytest.raises(OutputNotWritable, match="EleEscan_1_1.h5"):
         showers.generate_dataset(_cfg(tmp_path), progress=False, workers=1)
     assert (tmp_path / "EleEscan_1_1.h5").read_bytes() == b"real data, not ours"
+
+
+def test_resolution_fit_recovers_known_terms():
+    e = np.array([10.0, 30.0, 100.0, 300.0])
+    fit = showers.resolution_fit(e, np.hypot(0.17 / np.sqrt(e), 0.01), 500)
+    assert fit["a"] == pytest.approx(0.17, rel=1e-6) and fit["b"] == pytest.approx(0.01, rel=1e-5)
+
+
+def test_summary_agrees_with_the_laws(sample):
+    x = np.concatenate(list(sample.values()))
+    e = np.repeat(ENERGIES, N_PER_ENERGY)
+    out = showers.summary(x, e, [20.0, 100.0, 500.0, 1000.0])  # 1000 GeV: no showers, no row
+    assert [b["energy"] for b in out["bins"]] == [20.0, 100.0, 500.0]
+    assert all(b["n"] == N_PER_ENERGY for b in out["bins"])
+    assert out["max_abs_deviation_from_fit"] < 0.03
+    assert 0.15 < out["resolution_fit_reconstructed"]["a"] < 0.22
+    assert out["resolution_fit_visible"]["b"] > out["resolution_fit_reconstructed"]["b"]

@@ -29,8 +29,8 @@ from .io import atomic_path
 
 __all__ = [
     "ENERGY_RANGE", "MANIFEST", "THRESHOLD_GEV", "list_files", "split_files", "count_showers",
-    "read_showers", "write_showers", "shower_file", "sha256", "check_files", "preprocess", "ShardedShowers",
-    "test_batches",
+    "read_showers", "write_showers", "shower_file", "sha256", "check_files", "preprocess",
+    "load_sample", "ShardedShowers", "test_batches",
 ]
 
 ENERGY_RANGE = (0.1, 1000.0)  # GeV: outside it a file is broken or in the wrong unit (MeV?)
@@ -87,7 +87,8 @@ def _layout(f: h5py.File, path) -> tuple[str, int]:
         raise DataSchemaError(f"{path}: ECAL has dtype {ecal.dtype}; expected floating point GeV")
     key = "target" if kind == "fixed" else "energy"
     if key not in f:
-        raise DataSchemaError(f"{path}: {kind}-angle file without '{key}' (found {sorted(f.keys())})")
+        raise DataSchemaError(f"{path}: {kind}-angle file without '{key}' "
+                              f"(found {sorted(f.keys())})")
     lab = f[key]
     ok_shape = (lab.ndim == 2 and lab.shape[1] >= 2) if key == "target" else (
         lab.ndim == 1 or (lab.ndim == 2 and lab.shape[1] == 1))
@@ -144,7 +145,7 @@ def read_showers(path, *, start: int = 0, stop: int | None = None,
                 energy = f["energy"][start:stop].reshape(-1)
         except OSError as exc:  # a truncated file opens, then fails on the missing chunks
             raise CorruptDataFile(f"{path}: showers {start}:{stop} cannot be read ({exc}); the "
-                                  "file is damaged or truncated - copy or generate it again") from None
+                                  "file is damaged or truncated - copy or make it again") from None
     ecal = np.asarray(ecal, dtype=np.float32)
     energy = np.asarray(energy, dtype=np.float32)
     _check_values(ecal, energy, path, start, energy_range)
@@ -230,6 +231,42 @@ def preprocess(ecal_gev: np.ndarray, energy_gev: np.ndarray) -> dict[str, np.nda
     return {"image": image,
             "energy": np.asarray(energy_gev, dtype=np.float32) / np.float32(100),
             "ecal_sum": image.sum(axis=(1, 2, 3, 4), dtype=np.float64).astype(np.float32)}
+
+
+def load_sample(source: str, n_showers: int, energies: Sequence[float] = (), *,
+                energy_range: tuple[float, float] = (10.0, 500.0), halfwidth: float = 5.0,
+                seed: int = 0) -> dict:
+    """Showers to look at: ``ecal`` (N, 25, 25, 25) GeV and ``energy`` (N,) GeV, plus
+    ``by_energy`` {E: showers (n, 25, 25, 25)} for each of ``energies`` (GeV) and ``primary``
+    {E: their primary energies (n,)}.
+
+    ``source="synthetic"``: ``n_showers`` from :func:`gan3d.showers.generate` with energies
+    uniform in ``energy_range``, and ``n_showers // len(energies)`` more at each fixed energy.
+    Otherwise ``source`` is a folder of shower files: the first ``n_showers`` (sorted files),
+    and per energy those within +- ``halfwidth`` GeV of it.
+    """
+    if source == "synthetic":
+        from . import showers
+
+        rng = np.random.default_rng(seed)
+        energy = rng.uniform(*energy_range, n_showers).astype(np.float32)
+        n_each = max(n_showers // max(len(energies), 1), 2)
+        primary = {float(e): np.full(n_each, float(e), np.float32) for e in energies}
+        by_energy = {e: showers.generate(p, rng=rng) for e, p in primary.items()}
+        return {"ecal": showers.generate(energy, rng=rng), "energy": energy,
+                "by_energy": by_energy, "primary": primary, "source": source}
+    parts, have = [], 0
+    for path in list_files(source):
+        if have >= n_showers:
+            break
+        parts.append(read_showers(path, stop=n_showers - have))
+        have += len(parts[-1][1])
+    ecal, energy = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+    near = {float(e): np.abs(energy - e) <= halfwidth for e in energies}
+    near = {e: sel for e, sel in near.items() if sel.sum() >= 2}
+    return {"ecal": ecal, "energy": energy, "source": str(source),
+            "by_energy": {e: ecal[sel] for e, sel in near.items()},
+            "primary": {e: energy[sel] for e, sel in near.items()}}
 
 
 # ---------------------------------------------------------------------------------------------

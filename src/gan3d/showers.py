@@ -54,7 +54,7 @@ __all__ = [
     "GENERATOR_VERSION", "N_CELLS", "N_LAYERS", "PITCH_MM", "THRESHOLD_GEV",
     "Medium", "effective_medium", "calorimeter", "sampling_fraction_fit", "profile_parameters",
     "layer_fractions", "radial_parameters", "cell_fractions", "mean_deposits", "fluctuate",
-    "generate", "generator_parameters", "generate_dataset",
+    "generate", "generator_parameters", "generate_dataset", "resolution_fit", "summary",
 ]
 
 GENERATOR_VERSION = 1  # bump whenever generated showers change, so that stale data are remade
@@ -341,6 +341,67 @@ def generator_parameters() -> dict:
             "quantum_shape": QUANTUM_SHAPE, "threshold_gev": THRESHOLD_GEV,
             "pitch_mm": PITCH_MM, "layers": [[FRONT_LAYERS, FRONT_W_MM], [BACK_LAYERS, BACK_W_MM]],
             "silicon_mm": SILICON_MM, "chunk": CHUNK}
+
+
+# ---------------------------------------------------------------------------------------------
+# Self-checks: the numbers physics.md asks of any shower sample (synthetic or real)
+
+def resolution_fit(energy_gev, rel_sigma, n_showers) -> dict:
+    """Fit sigma/E = a / sqrt(E/GeV) (+) b to relative resolutions ``rel_sigma`` at ``energy_gev``.
+
+    Least squares in (sigma/E)^2 = a^2/E + b^2, weighted by the 1/sqrt(2 n) relative error of a
+    standard deviation of ``n_showers`` showers. Returns ``a`` (GeV^0.5) and ``b``.
+    """
+    e, rel = np.asarray(energy_gev, float), np.asarray(rel_sigma, float)
+    weight = np.sqrt(np.broadcast_to(np.asarray(n_showers, float), e.shape) / 2) / rel**2
+    design = np.c_[1 / e, np.ones_like(e)] * weight[:, None]
+    (a2, b2), *_ = np.linalg.lstsq(design, rel**2 * weight, rcond=None)
+    return {"a": float(np.sqrt(max(a2, 0.0))), "b": float(np.sqrt(max(b2, 0.0)))}
+
+
+def summary(ecal, energy, energies, halfwidth: float = 5.0) -> dict:
+    """Headline numbers per energy bin [E - halfwidth, E + halfwidth] GeV of showers ``ecal``
+    (N, 25, 25, 25) GeV with primary energies ``energy`` (N,) GeV.
+
+    Per bin: showers, mean sampling fraction (and its standard error) against the published
+    fit, layer of the maximum of the mean longitudinal profile, mean depth (layers), hits
+    (> 2e-4 GeV), x second moment (cells^2), and the relative resolution of the visible sum
+    and of the reconstructed energy (visible / layer sampling fraction), both per unit Ep.
+    Then the fits a/sqrt(E) (+) b of both resolutions.
+    """
+    x, e = np.asarray(ecal), np.asarray(energy, np.float64)
+    inv_sampling = 1.0 / calorimeter()["sampling"]
+    rows = []
+    for centre in energies:
+        sel = np.abs(e - centre) <= halfwidth
+        if sel.sum() < 2:
+            continue
+        z = x[sel].sum(axis=(1, 2), dtype=np.float64)  # (n, 25) energy per layer
+        px = x[sel].sum(axis=(2, 3), dtype=np.float64)
+        frac, reco = z.sum(axis=1) / e[sel], z @ inv_sampling / e[sel]
+        w = px / px.sum(axis=1, keepdims=True)
+        cells = np.arange(px.shape[1])
+        rows.append({
+            "energy": float(centre), "n": int(sel.sum()),
+            "sampling_fraction": frac.mean(),
+            "sampling_fraction_sem": frac.std() / np.sqrt(len(frac)),
+            "fit": float(sampling_fraction_fit(e[sel]).mean()),
+            "ratio_to_fit": frac.mean() / sampling_fraction_fit(e[sel]).mean(),
+            "max_layer": int(np.argmax(z.mean(axis=0))),
+            "mean_depth_layers": float((z.sum(axis=0) @ np.arange(z.shape[1])) / z.sum()),
+            "hits": float((x[sel] > 2e-4).sum(axis=(1, 2, 3)).mean()),
+            "x_second_moment_cells2": float((w @ cells**2 - (w @ cells) ** 2).mean()),
+            "resolution_visible": frac.std() / frac.mean(),
+            "resolution_reconstructed": reco.std() / reco.mean()})
+        rows[-1] = {k: (float(v) if isinstance(v, np.floating) else v) for k, v in rows[-1].items()}
+    out = {"bins": rows, "halfwidth_gev": halfwidth}
+    if len(rows) >= 2:
+        args = [[r["energy"] for r in rows], None, [r["n"] for r in rows]]
+        for kind in ("visible", "reconstructed"):
+            args[1] = [r[f"resolution_{kind}"] for r in rows]
+            out[f"resolution_fit_{kind}"] = resolution_fit(*args)
+        out["max_abs_deviation_from_fit"] = max(abs(r["ratio_to_fit"] - 1) for r in rows)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
