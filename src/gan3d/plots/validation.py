@@ -205,13 +205,18 @@ def validator_check(cases: Mapping[str, Mapping[str, float]], reference: str = "
     fig, axes = _grid(1, len(metric_names), width=2.6 * len(metric_names), height=3.4)
     names = list(cases)
     for ax, m in zip(axes[0], metric_names):
-        vals = [cases[c][m] for c in names]
-        ax.bar(np.arange(len(names)), vals,
-               color=["0.55" if c == reference else f"C{i}" for i, c in enumerate(names)])
+        vals = np.array([cases[c][m] for c in names], dtype=float)
+        bars = ax.bar(np.arange(len(names)), np.nan_to_num(vals),
+                      color=["0.55" if c == reference else f"C{i}" for i, c in enumerate(names)])
+        ax.bar_label(bars, labels=[f"{v:.2g}" for v in vals], fontsize=7)
         ax.set_xticks(np.arange(len(names)), names, rotation=60, ha="right")
         ax.set_title(m)
-        if m != "AUC":
+        if m == "AUC":
+            ax.set_ylim(0, 1.12)
+            ax.axhline(0.5, color="k", lw=0.8, ls=":")
+        else:  # values span decades; symlog keeps a value compatible with 0 visible
             ax.set_yscale("symlog", linthresh=1e-3)
+            ax.set_ylim(min(0.0, np.nanmin(vals)), 5 * np.nanmax(np.abs(vals)))
     return fig
 
 
