@@ -14,5 +14,10 @@ Modules, one concept each:
 * :mod:`gan3d.plots` - figures; :mod:`gan3d.pipeline` - the papermill figure pipeline
 """
 
+import os as _os
+
+# Read by TensorFlow once, at import: set before any submodule can import it (see runtime.py).
+_os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
+
 __version__ = "0.1.0"
 __all__ = ["__version__"]
