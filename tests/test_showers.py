@@ -216,10 +216,18 @@ def test_interrupted_generation_leaves_nothing_that_looks_complete(tmp_path, mon
 
 
 def test_generate_dataset_refuses_to_mix_with_foreign_files(tmp_path):
+    made = showers.generate_dataset(_cfg(tmp_path), progress=False, workers=1)
     (tmp_path / "EleEscan_1_1.h5").write_bytes(b"real data, not ours")
     with pytest.raises(OutputNotWritable, match="EleEscan_1_1.h5"):
-        showers.generate_dataset(_cfg(tmp_path), progress=False, workers=1)
+        showers.generate_dataset(_cfg(tmp_path, seed=3), progress=False, workers=1)
     assert (tmp_path / "EleEscan_1_1.h5").read_bytes() == b"real data, not ours"
+    # Nothing of the previous set was touched, and it is not reused while the stranger is there.
+    assert [p.name for p in datasets.list_files(tmp_path)] == sorted(
+        ["EleEscan_1_1.h5"] + [f["name"] for f in made["files"]])
+    with pytest.raises(OutputNotWritable):
+        showers.generate_dataset(_cfg(tmp_path), progress=False)
+    (tmp_path / "EleEscan_1_1.h5").unlink()
+    assert showers.generate_dataset(_cfg(tmp_path), progress=False)["reused"]
 
 
 def test_resolution_fit_recovers_known_terms():

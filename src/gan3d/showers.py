@@ -507,10 +507,11 @@ def generate_dataset(data_cfg, *, progress: bool = True, workers: int | None = N
     with _folder_lock(folder):
         path = folder / MANIFEST
         old = read_json(path) if path.is_file() else None
+        names = _file_names(data_cfg.n_files)
+        _refuse_foreign(folder, names, old)  # before anything is reused or deleted
         if old and old.get("parameters") == params and _intact(folder, old):
             return {**old, "folder": str(folder), "reused": True}
-        names = _file_names(data_cfg.n_files)
-        _clear(folder, old, names, path)
+        _clear(folder, old, path)
         sizes = np.diff(np.linspace(0, data_cfg.n_showers, data_cfg.n_files + 1).astype(int))
         tasks = [(folder / name, int(n), data_cfg.seed, i, data_cfg.energy_min, data_cfg.energy_max)
                  for i, (name, n) in enumerate(zip(names, sizes))]
@@ -525,18 +526,25 @@ def generate_dataset(data_cfg, *, progress: bool = True, workers: int | None = N
             "showers_per_s": data_cfg.n_showers / seconds}
 
 
-def _clear(folder: Path, old: dict | None, names: list[str], manifest: Path) -> None:
-    """Remove the previous data set's manifest and files; refuse to mix with foreign files."""
+def _refuse_foreign(folder: Path, names: list[str], old: dict | None) -> None:
+    """Raise if ``folder`` holds .h5 files that are neither ours nor to be written now."""
     from .exceptions import OutputNotWritable
 
-    manifest.unlink(missing_ok=True)  # first, so an interrupted run never looks complete
-    for entry in (old or {}).get("files", []):
-        (folder / entry["name"]).unlink(missing_ok=True)
-    foreign = sorted(p.name for p in folder.glob("*.h5") if p.name not in names)
+    ours = set(names) | {entry["name"] for entry in (old or {}).get("files", [])}
+    foreign = sorted(p.name for p in folder.glob("*.h5") if p.name not in ours)
     if foreign:
         raise OutputNotWritable(
             f"{folder} holds other .h5 files ({', '.join(foreign[:3])}...) that training would mix "
             "with the synthetic showers; choose an empty folder (data.path) or remove them")
+
+
+def _clear(folder: Path, old: dict | None, manifest: Path) -> None:
+    """Remove the previous data set: its manifest first, then its files and stale temporaries."""
+    manifest.unlink(missing_ok=True)  # first, so an interrupted run never looks complete
+    for entry in (old or {}).get("files", []):
+        (folder / entry["name"]).unlink(missing_ok=True)
+    for part in folder.glob(".EleEscan_1_*"):  # temporary files of workers killed mid-file
+        part.unlink(missing_ok=True)
 
 
 @contextlib.contextmanager
