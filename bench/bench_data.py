@@ -63,8 +63,10 @@ def generator_rates(n: int, repeats: int) -> dict:
         for p in procs:
             p.join()
         two.append(2 * n / (max(s[1] for s in spans) - min(s[0] for s in spans)))
+    # Medians are the result; the best run is the one least disturbed by other work.
     return {"one_process": statistics.median(one), "two_processes": statistics.median(two),
-            "per_cpu_second": statistics.median(cpu), "runs_one": one, "runs_two": two}
+            "per_cpu_second": statistics.median(cpu), "best_one": max(one), "best_two": max(two),
+            "runs_one": one, "runs_two": two}
 
 
 def rng_floor(n: int = 256) -> float:
@@ -109,14 +111,14 @@ def pipeline_rates(files: list[Path], batch: int, repeats: int) -> dict:
             "showers": total}
 
 
-def step_consumption(profile: str, batch: int) -> dict | None:
+def step_consumption(profile: str, batch: int | None) -> dict | None:
     """The training step's showers/s in one process, or None if it cannot be measured here."""
     try:
         from gan3d.training import measure_step_rate
     except ImportError as exc:
         print(f"training step not measured: {exc}")
         return None
-    cfg = resolve(profile, {"train.batch_size": batch})
+    cfg = resolve(profile, {"train.batch_size": batch} if batch else {})
     res = measure_step_rate(cfg, steps=3, warmup=1)
     rate = res["showers_per_s"] if isinstance(res, dict) else float(res)
     return {"showers_per_s": rate, "source": "gan3d.training.measure_step_rate",
@@ -131,6 +133,8 @@ def table(res: dict) -> str:
             f"{'what':<44} {'showers/s':>10}",
             f"{'generate, 1 process':<44} {g['one_process']:>10.0f}",
             f"{'generate, 2 processes together':<44} {g['two_processes']:>10.0f}",
+            f"{'  best of the runs: 1 process / 2 processes':<44} {g['best_one']:>10.0f} "
+            f"/ {g['best_two']:.0f}",
             f"{'generate, per CPU-second':<44} {g['per_cpu_second']:>10.0f}",
             f"{'floor: one random draw per cell (1 process)':<44} {res['rng_floor']:>10.0f}",
             f"{'gan3d data generate (gzip, checksums, all cores)':<44} {w['showers_per_s']:>10.0f}",
@@ -159,6 +163,8 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=8, help="files of the pipeline data set")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--profile", default="quick", help="configuration of the training step")
+    parser.add_argument("--step-batch", type=int, default=None,
+                        help="per-worker batch of the training step (default: the profile's)")
     parser.add_argument("--no-step", action="store_true", help="skip the training step")
     parser.add_argument("--output", default="results/bench/data.json")
     args = parser.parse_args()
@@ -174,7 +180,7 @@ def main() -> None:
         res["write"] = {"showers_per_s": made["showers_per_s"], "seconds": made["seconds"],
                         "bytes": sum(f["bytes"] for f in made["files"])}
         res["pipeline"] = pipeline_rates(datasets.list_files(tmp), args.batch_size, args.repeats)
-    res["consumption"] = None if args.no_step else step_consumption(args.profile, args.batch_size)
+    res["consumption"] = None if args.no_step else step_consumption(args.profile, args.step_batch)
     if res["consumption"]:
         rate = res["consumption"]["showers_per_s"]
         res["ratio_in_memory"] = res["pipeline"]["in_memory"] / rate
