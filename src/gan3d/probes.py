@@ -54,8 +54,7 @@ def _train(job: dict, world: distributed.World) -> dict:
     cfg = from_dict(job["config"])
     t0 = time.perf_counter()
     result = train(cfg)
-    return {"wall_s": time.perf_counter() - t0, "output": str(cfg.train.output),
-            "result": repr(result)}
+    return {"wall_s": time.perf_counter() - t0, **result.to_dict()}
 
 
 def time_allreduce(sizes: list[int], repeats: int, warmup: int = 2) -> dict:

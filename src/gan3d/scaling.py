@@ -30,12 +30,13 @@ from typing import Sequence
 from . import distributed, perfmodel, runtime, speedup, timeline, topology
 from .config import Config, to_dict
 from .exceptions import ConfigError
-from .io import ensure_dir, provenance, read_json, write_json
+from .io import atomic_path, ensure_dir, provenance, read_json, write_json
 from .paths import resolve_path
 
 __all__ = [
     "BENCH_SIZES", "FIT_RANGE", "run", "overall_time", "record_timeline", "allreduce_benchmark",
     "machine_info", "model_workload", "threads_per_worker", "per_worker_batch", "read_history",
+    "load_or_run",
 ]
 
 BENCH_SIZES = tuple(1024 * 4**k for k in range(9))  # 1 KiB .. 64 MiB
@@ -210,11 +211,13 @@ def read_history(path: str | Path) -> dict:
 
 
 def overall_time(cfg: Config, *, workers: Sequence[int] = (1, 2), output: str | Path | None = None,
-                 timeout: float = 7200.0) -> dict:
+                 repeats: int = 1, timeout: float = 7200.0) -> dict:
     """Full trainings incl. the test loss, evaluation ``serial`` and ``distributed``, per count.
 
-    Writes ``overall_time.json`` and ``overall_time.md`` (the table) in ``output``; the analysis
-    (speed-ups, Amdahl, the paper's 9.07x) is :func:`gan3d.speedup.analyse_overall`.
+    The runs are interleaved ``repeats`` times (a drifting machine load then hits every variant
+    alike) and each variant's per-epoch times are the medians over its repeats. Writes
+    ``overall_time.json`` and ``overall_time.md`` (the table) in ``output``; the analysis (speed-
+    ups, Amdahl, the paper's 9.07x) is :func:`gan3d.speedup.analyse_overall`.
     """
     workers = tuple(sorted(set(workers)))
     folder = ensure_dir(resolve_path(output or cfg.scale.output))
@@ -222,25 +225,29 @@ def overall_time(cfg: Config, *, workers: Sequence[int] = (1, 2), output: str | 
         from .showers import generate_dataset
 
         generate_dataset(cfg.data, progress=False)
-    threads, runs, t0 = threads_per_worker(workers), {}, time.monotonic()
+    threads, t0 = threads_per_worker(workers), time.monotonic()
     plan = [(p, m) for p in workers for m in ("serial", "distributed") if not (p == 1 and m != "serial")]
-    for k, (p, mode) in enumerate(plan):
-        out = folder / "overall" / f"{mode}_p{p}"
-        shutil.rmtree(out, ignore_errors=True)  # a fresh training, never a resumed one
-        cfg_r = cfg.replace(**{"train.eval_mode": mode, "train.workers": p, "train.output": str(out)})
-        _launch(p, {"task": "train", "config": to_dict(cfg_r), "threads": threads}, folder,
-                f"train_{mode}_p{p}", timeout=timeout)
-        runs[f"{mode}_p{p}"] = read_history(out / "history.jsonl")
-        _progress(k + 1, len(plan), t0, f"training p={p} eval={mode}: "
-                  f"{runs[f'{mode}_p{p}']['epoch_s']:.1f} s/epoch")
+    every: dict[str, list[dict]] = {f"{m}_p{p}": [] for p, m in plan}
+    for r in range(repeats):
+        for k, (p, mode) in enumerate(plan):
+            out = folder / "overall" / f"{mode}_p{p}"
+            shutil.rmtree(out, ignore_errors=True)  # a fresh training, never a resumed one
+            cfg_r = cfg.replace(**{"train.eval_mode": mode, "train.workers": p,
+                                   "train.output": str(out)})
+            _launch(p, {"task": "train", "config": to_dict(cfg_r), "threads": threads}, folder,
+                    f"train_{mode}_p{p}", timeout=timeout)
+            every[f"{mode}_p{p}"].append(read_history(out / "history.jsonl"))
+            _progress(r * len(plan) + k + 1, repeats * len(plan), t0, f"training p={p} eval={mode}: "
+                      f"{every[f'{mode}_p{p}'][-1]['epoch_s']:.1f} s/epoch")
+    runs = {name: dict(hs[0], **{k: statistics.median(h[k] for h in hs)
+                                 for k in ("train_s", "eval_s", "epoch_s")}, repeats=hs)
+            for name, hs in every.items()}
     runs["distributed_p1"] = runs["serial_p1"]  # one worker: both modes are the same run
     result = {"kind": "overall_time", "runs": runs,
               "analysis": speedup.analyse_overall(runs, workers),
               "threads_per_worker": threads, "config": to_dict(cfg), "machine": machine_info(),
               "provenance": provenance()}
     write_json(folder / "overall_time.json", result)
-    from .io import atomic_path
-
     with atomic_path(folder / "overall_time.md") as tmp:
         tmp.write_text(speedup.overall_table(result["analysis"]))
     return result
@@ -304,3 +311,22 @@ def allreduce_benchmark(*, workers: int = 2, sizes: Sequence[int] = BENCH_SIZES,
               "machine": machine_info(), "provenance": provenance()}
     write_json(path, result)
     return result
+
+
+def load_or_run(path: str | Path, make, *, config: dict | None = None, run_missing: bool = True) -> dict:
+    """The results at ``path`` if they exist (and were made with ``config``, when given); else
+    ``make()`` when ``run_missing``, else :class:`~gan3d.exceptions.ConfigError` saying what to do."""
+    import json
+
+    path = resolve_path(path)
+    if path.is_file():
+        old = read_json(path)
+        if config is None or old.get("config") == json.loads(json.dumps(config)):  # tuples: lists
+            return old
+        why = f"{path} was made with another configuration"
+    else:
+        why = f"{path} does not exist"
+    if not run_missing:
+        raise ConfigError(f"{why}; set run_missing=True (or run `gan3d scale`) to measure it")
+    print(f"[scale] {why}: measuring it now", flush=True)
+    return make()

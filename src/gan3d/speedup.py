@@ -12,7 +12,8 @@ from typing import Sequence
 
 from . import perfmodel as pm
 
-__all__ = ["analyse_overall", "overall_table", "calibrated_hardware", "model_check", "paper_check"]
+__all__ = ["analyse_overall", "overall_table", "calibrated_hardware", "model_check", "paper_check",
+           "summary"]
 
 
 def analyse_overall(runs: dict, workers: Sequence[int]) -> dict:
@@ -129,4 +130,52 @@ def paper_check(wl: pm.Workload | None = None) -> dict:
                     "serial_fraction_flops": s_flops,
                     "model_speedup": e1["total"] / t12, "model_speedup_distributed": e1["total"] / t12d,
                     "amdahl_limit_flops": 1.0 / s_flops},
+    }
+
+
+def summary(scale: dict, bench: dict, tl: dict, overall: dict, wl: pm.Workload,
+            batches: Sequence[int] = (1, 8, 64, 512)) -> dict:
+    """Headline numbers of the scaling study (``scaling_summary.json`` of notebook 03).
+
+    Every number says where it comes from: ``measured`` here, ``published`` by the paper,
+    ``model`` (performance model), ``inferred`` (solved from published numbers with the model).
+    """
+    check = model_check(scale, bench, wl)
+    two = next((c for c in check if c["workers"] == 2), None)
+    paper = paper_check()
+    wlp = pm.threedgan_workload()
+    hwp = dataclasses.replace(pm.paper_hardware(wlp), jitter=paper["jitter_cv_inferred"])
+    per = {c["workers"]: c for c in overall["analysis"]["per_workers"]}
+    o2 = per.get(2)
+    return {
+        "machine": {"cores": scale["machine"]["cores"], "cpu": scale["machine"]["topology"]["cpu"],
+                    "load_average": scale["machine"].get("load_average")},
+        "measured_training": [{k: p[k] for k in ("workers", "oversubscribed", "batch_per_worker",
+                                                 "step_time_s", "speedup", "efficiency")}
+                              for p in scale["points"]],
+        "model_here": {"predicted_step_2_s": two and two["predicted_s"],
+                       "measured_step_2_s": two and two["measured_s"],
+                       "rel_error_2": two and two["rel_error"],
+                       "within_10_percent": bool(two and abs(two["rel_error"]) <= 0.10)},
+        "timeline_measured": {k: tl["mean"][k] for k in
+                              ("step_s", "compute_fraction", "wait_fraction", "comm_fraction")},
+        "compute_bound_here": tl["mean"]["comm_fraction"] < 0.10,
+        "allreduce_measured": {"bandwidth_GBps": bench["fit"]["mpi"]["bandwidth_Bps"] / 1e9,
+                               "latency_us": 1e6 * bench["fit"]["mpi"]["latency_s"],
+                               "horovod_overhead_ms": 1e3 * bench["horovod_overhead_s"]},
+        "paper_model": {"model_efficiency_12": paper["model_efficiency_12"],
+                        "published_efficiency_12": paper["published_efficiency_12"],
+                        "jitter_cv_inferred": paper["jitter_cv_inferred"],
+                        "sustained_fraction_of_peak_inferred": paper["fraction_of_peak"],
+                        **paper["overall"]},
+        "overall_measured": o2 and {
+            "efficiency_gap_serial_points": o2["efficiency_gap_serial_points"],
+            "efficiency_gap_distributed_points": o2["efficiency_gap_distributed_points"],
+            "gain_distributed_over_serial": o2["gain_distributed_over_serial"],
+            "serial_fraction_measured": overall["analysis"]["serial_fraction_measured"],
+            "serial_fraction_fitted": o2["serial_fraction_fitted"],
+            "amdahl_speedup": o2["amdahl_speedup"],
+            "measured_speedup_serial": o2["measured_speedup_serial"],
+            "distributed_within_3_points": abs(o2["efficiency_gap_distributed_points"]) <= 3.0},
+        "crossover_workers_model": {str(b): pm.crossover_workers(b, wlp, hwp) for b in batches},
     }

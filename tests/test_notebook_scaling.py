@@ -1,0 +1,43 @@
+"""Notebook 03 regenerates Figures 1-3, the overall-time table and the headline numbers, measuring
+everything itself with tiny parameters (the full 3DGAN, few steps, small batches)."""
+
+from __future__ import annotations
+
+import json
+
+import nbformat
+import pytest
+
+FIGURES = ("fig1_node_fabric.png", "fig1_this_machine.png", "fig2_step_breakdown.png",
+           "fig2_allreduce_bandwidth.png", "fig3_speedup_efficiency.png",
+           "scaling_overall_time.png", "scaling_model_projection.png")
+
+
+@pytest.mark.slow
+@pytest.mark.mpi
+@pytest.mark.notebook
+def test_notebook_03_measures_and_draws_everything(run_notebook, tmp_path):
+    figs, res = tmp_path / "figures", tmp_path / "results"
+    out = run_notebook(
+        "03_scaling_analysis.ipynb", profile="quick", overrides={"train.batch_size": 2},
+        workers=[1, 2], steps=4, warmup_steps=1, repeats=1,
+        overall_overrides={"data.path": str(tmp_path / "data"), "data.n_showers": 48,
+                           "data.n_files": 8, "train.epochs": 2, "train.timing_warmup_epochs": 1,
+                           "train.steps_per_epoch": 0, "train.batch_size": 2},
+        bench_file=str(res / "allreduce.json"), bench_max_kib=4096, bench_repeats=3,
+        figures_dir=str(figs), results_dir=str(res))
+    for name in FIGURES:
+        assert (figs / name).stat().st_size > 10_000, name
+    for name in ("scaling_weak.json", "timeline_breakdown.json", "overall_time.json",
+                 "overall_time.md", "scaling_summary.json"):
+        assert (res / name).is_file(), name
+    s = json.loads((res / "scaling_summary.json").read_text())
+    # The issue's checks: the model calibrated on 1 worker predicts the 2-worker step within 10 %;
+    # with distributed evaluation the whole run is within 3 points of training-only efficiency.
+    assert s["model_here"]["within_10_percent"], s["model_here"]
+    assert s["overall_measured"]["distributed_within_3_points"], s["overall_measured"]
+    assert s["compute_bound_here"]
+    assert s["paper_model"]["model_efficiency_12"] > s["paper_model"]["published_efficiency_12"]
+    nb = nbformat.read(out, as_version=4)
+    assert not [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+                if o.get("output_type") == "error"]
