@@ -203,6 +203,7 @@ def test_allreduce_benchmark_on_two_ranks(tmp_path):
     assert np.median(res["time_s"]["horovod"]) > np.median(res["time_s"]["mpi"])
     assert res["gradient_bytes"] == {"G": 4 * 872_808, "D": 4 * 73_402}
     assert res["fit"]["mpi"]["bandwidth_Bps"] > 1e7
+    assert res["memcpy_Bps"] > 1e8  # one core copies at least 100 MB/s
 
 
 @pytest.mark.mpi

@@ -98,7 +98,23 @@ def _allreduce(job: dict, world: distributed.World) -> dict:
         worst = distributed.allreduce(tf.constant(res[key], tf.float64), "max", name=f"max_{key}")
         res[key] = [float(v) for v in tf.reshape(worst, [-1]).numpy()]
     res["workers"] = world.size
+    res["memcpy_Bps"] = _memcpy_bandwidth(max(job["sizes"]))
     return res
+
+
+def _memcpy_bandwidth(nbytes: int, repeats: int = 5) -> float:
+    """Bytes/s of one core copying a buffer of ``nbytes`` (at least 64 MiB, beyond the caches):
+    the ceiling of an all-reduce through shared memory, which copies each byte several times."""
+    import numpy as np
+
+    n = max(nbytes, 64 * 2**20) // 4
+    src, dst = np.ones(n, np.float32), np.empty(n, np.float32)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        np.copyto(dst, src)
+        times.append(time.perf_counter() - t0)
+    return 4 * n / statistics.median(times)
 
 
 TASKS = {"steps": _steps, "train": _train, "allreduce": _allreduce}

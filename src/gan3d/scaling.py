@@ -308,6 +308,7 @@ def allreduce_benchmark(*, workers: int = 2, sizes: Sequence[int] = BENCH_SIZES,
               "fit": fits, "horovod_overhead_s": max(0.0, fits["horovod"]["intercept_s"]
                                                       - fits["mpi"]["intercept_s"]),
               "gradient_bytes": {"G": wl.allreduce_bytes[2], "D": wl.allreduce_bytes[0]},
+              "memcpy_Bps": raw["memcpy_Bps"],  # one core's copy bandwidth: the ceiling here
               "machine": machine_info(), "provenance": provenance()}
     write_json(path, result)
     return result

@@ -139,6 +139,9 @@ def allreduce_bandwidth(bench: dict) -> Figure:
                   color=a0.lines[-1].get_color(), label=f"{LABELS['model']} fit ({k})")
         a1.semilogx(n, np.asarray(bench["bus_bandwidth_Bps"][k]) / 1e9, marker + "-",
                     label=f"{LABELS['measured']}: {k}")
+    if "memcpy_Bps" in bench:
+        a1.axhline(bench["memcpy_Bps"] / 1e9, color="black", lw=0.8, ls="-.",
+                   label=f"{LABELS['measured']}: one core's memory copy (ceiling)")
     for ax in (a0, a1):
         for name, b in bench["gradient_bytes"].items():
             ax.axvline(b, color="grey", lw=0.8, ls=":")
@@ -203,7 +206,7 @@ def speedup_efficiency(scale: dict, *, model_here: Sequence[dict] | None = None,
     a1.set_ylabel("scaling efficiency (%)")
     a1.set_ylim(min(50.0, float(np.nanmin(100 * eff)) - 5), 105)
     a0.legend(fontsize=6)
-    a1.legend(fontsize=6, loc="lower left")
+    a1.legend(fontsize=6, loc="best")
     a0.set_title(f"training only, per-worker batch {pts[0]['batch_per_worker']}"
                  if scale["mode"] == "weak" else f"training only, global batch {pts[0]['global_batch']}",
                  fontsize=9)
