@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from gan3d import config, datasets, showers, validation
+from gan3d import config, datasets, physics, showers, validation
 from gan3d.exceptions import CheckpointError, ConfigError
 
 
@@ -116,3 +116,14 @@ def test_inference_speed_rows_and_geant4_estimate():
     assert est["showers_per_s"] == pytest.approx(gan[0]["showers_per_s"] / (67000 / 1.73))
     assert "doi:10.5220/0010245002510258" in est["source"]
     assert "| GAN | bfloat16 | 2 |" in validation.speed_table(speed)
+
+
+def test_compare_with_the_low_level_classifier():
+    e = np.random.default_rng(0).uniform(50.0, 150.0, 300)
+    ref = validation.Showers(showers.generate(e, 1), e)
+    wide = validation.Showers(physics.widen_transverse(showers.generate(e, 2), 1.2), e)
+    m = validation.compare(ref, wide, low_level=True, seed=0)
+    low = m["classifier_low"]
+    assert low["kind"] == "mlp" and low["n_test"] == 120
+    assert low["auc"] > 0.5 + 3 * low["auc_err"]  # the voxels show the wider showers too
+    assert math.isnan(m["fpd"]["value"])  # 300 showers < 2 x 151 features: not computed
