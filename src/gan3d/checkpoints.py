@@ -1,0 +1,127 @@
+"""Training checkpoints: everything needed to continue a run exactly, in one atomic file.
+
+A checkpoint ``checkpoints/epoch-0003.npz`` (written after epoch index 3 finished) holds
+
+* every model and optimiser variable (weights, BatchNorm statistics, RMSprop velocities and step
+  counters, learning rate), as ``v00000 ... vNNNNN`` in :meth:`GanStep.state_variables` order;
+* ``meta``: a JSON document with the resolved configuration, the epoch, the world size, the history
+  so far, the variables' paths and shapes (checked on restore), and provenance.
+
+Random state is not stored: every seed is derived from (seed, rank, epoch) at the start of each
+epoch (:meth:`gan3d.step.GanStep.reseed`), and the data order from (seed, epoch), so the epoch
+number is all a resumed run needs to draw exactly what the uninterrupted run would have drawn.
+
+Files are written through :func:`gan3d.io.atomic_path`: a crash leaves the previous checkpoint
+intact and never a half-written one. The newest ``keep`` checkpoints are kept.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .config import Config, to_dict
+from .exceptions import CheckpointError
+from .io import atomic_path, ensure_dir, provenance
+
+__all__ = ["save_checkpoint", "latest_checkpoint", "load_checkpoint", "restore_variables",
+           "check_compatible", "TRAJECTORY_KEYS"]
+
+_NAME = re.compile(r"^epoch-(\d{4,})\.npz$")
+# Settings that change what training computes: a resumed run must not differ in them.
+TRAJECTORY_KEYS = (
+    "data.source", "data.n_showers", "data.n_files", "data.energy_min", "data.energy_max",
+    "data.seed", "data.test_fraction", "train.batch_size", "train.learning_rate", "train.rho",
+    "train.scale_lr", "train.lr_warmup_epochs", "train.loss_weights", "train.label_flip",
+    "train.precision", "train.steps_per_epoch", "train.seed",
+)
+
+
+def save_checkpoint(folder: str | Path, epoch: int, variables: list, cfg: Config,
+                    history: list[dict], workers: int, keep: int = 2) -> Path:
+    """Write the checkpoint after ``epoch`` (0-based) atomically; keep the newest ``keep``."""
+    folder = ensure_dir(folder)
+    meta = {
+        "epoch": epoch,
+        "workers": workers,
+        "config": to_dict(cfg),
+        "history": history,
+        "variables": [[v.path, list(v.shape), str(v.dtype)] for v in variables],
+        "provenance": provenance(),
+    }
+    arrays = {f"v{i:05d}": np.asarray(v.numpy()) for i, v in enumerate(variables)}
+    path = folder / f"epoch-{epoch:04d}.npz"
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as fh:
+            np.savez(fh, meta=np.array(json.dumps(meta, default=str)), **arrays)
+    for old in _checkpoints(folder)[:-keep]:
+        old.unlink(missing_ok=True)
+    return path
+
+
+def _checkpoints(folder: Path) -> list[Path]:
+    found = [(int(m.group(1)), p) for p in folder.glob("epoch-*.npz") if (m := _NAME.match(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def latest_checkpoint(folder: str | Path) -> Path | None:
+    """The newest checkpoint in ``folder``, or None."""
+    folder = Path(folder)
+    found = _checkpoints(folder) if folder.is_dir() else []
+    return found[-1] if found else None
+
+
+def load_checkpoint(path: str | Path) -> tuple[dict[str, Any], list[np.ndarray]]:
+    """(meta, arrays) of a checkpoint; :class:`CheckpointError` if it is missing or damaged."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {path} does not exist")
+    try:
+        with open(path, "rb") as fh, np.load(fh, allow_pickle=False) as data:
+            meta = json.loads(str(data["meta"]))
+            arrays = [data[f"v{i:05d}"] for i in range(len(meta["variables"]))]
+    except Exception as exc:  # noqa: BLE001 - zip, JSON and key errors all mean "damaged"
+        raise CheckpointError(f"checkpoint {path} is damaged ({type(exc).__name__}: {exc}); "
+                              "delete it to resume from the one before") from None
+    return meta, arrays
+
+
+def restore_variables(variables: list, meta: dict, arrays: list[np.ndarray], path: str | Path) -> None:
+    """Assign ``arrays`` to ``variables`` after checking that count and shapes match."""
+    saved = meta["variables"]
+    if len(saved) != len(variables):
+        raise CheckpointError(f"checkpoint {path} holds {len(saved)} variables, the model has "
+                              f"{len(variables)}: it was written by a different model")
+    for v, (name, shape, _), a in zip(variables, saved, arrays):
+        if tuple(shape) != tuple(v.shape):
+            raise CheckpointError(f"checkpoint {path}: variable {name} has shape {tuple(shape)}, "
+                                  f"the model's {v.path} has {tuple(v.shape)}")
+        v.assign(a)
+
+
+def check_compatible(meta: dict, cfg: Config, path: str | Path) -> None:
+    """Refuse to resume under settings that would change the trajectory (epochs may grow)."""
+    old, new = _flat(meta["config"]), _flat(to_dict(cfg))
+    differ = [k for k in TRAJECTORY_KEYS if _norm(old.get(k)) != _norm(new.get(k))]
+    if differ:
+        detail = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in differ)
+        raise CheckpointError(f"cannot resume from {path}: settings differ ({detail}); use the "
+                              "checkpoint's settings or a new train.output")
+
+
+def _flat(tree: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in tree.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _norm(value):
+    return list(value) if isinstance(value, tuple) else value

@@ -1,0 +1,402 @@
+"""Data-parallel training of 3DGAN with Horovod: one ``train(config)`` for every launcher.
+
+One process per worker, all running the same function; world size 1 is the same code path::
+
+    gan3d train --profile quick --workers 2          # the CLI launches 2 MPI ranks itself
+    mpirun -np 4 python -m gan3d train --profile paper
+    horovodrun -np 4 python -m gan3d train --profile paper
+    train_on_engines(cfg, workers=2)                 # ipyparallel MPI engines (gan3d.engines)
+
+The canonical Horovod order: ``distributed.init()`` first (threads = cores / local ranks, MPI
+yielding), learning rate x workers (optionally warmed up linearly), a disjoint data shard per rank
+(:class:`gan3d.datasets.ShardedShowers`), models AND optimiser state broadcast from rank 0, per-rank
+seeds, explicit gradient averaging in every update (:mod:`gan3d.step`), logging and files from
+rank 0 only. Lines that talk to other ranks are marked ``DISTRIBUTED``.
+
+Outputs in ``resolve_path(cfg.train.output)`` (rank 0 writes; every file atomically):
+
+* ``history.jsonl`` - one JSON object per epoch, fields :data:`HISTORY_FIELDS`:
+  ``epoch`` (1-based), ``lr``, the train losses ``d_loss d_bce d_aux d_ecal g_loss g_bce g_aux
+  g_ecal`` (means over the epoch's steps and all ranks; ``*_loss`` is the weighted total, the
+  others the unweighted BCE / energy MAPE / ECAL-sum MAPE), the test losses ``test_*`` (None when
+  ``eval_mode`` is ``none``), ``eval_mode``, ``time_train_s``, ``time_eval_s``, ``time_epoch_s``
+  (wall seconds on rank 0), ``timed`` (False for the ``timing_warmup_epochs`` first epochs, which
+  the paper excluded), ``showers_per_s`` (training showers of all ranks / time_train_s),
+  ``workers``, ``steps``, ``batch_size`` (per worker), ``precision``; ``time_epoch_s`` is
+  training plus evaluation (rank 0's bookkeeping, history and checkpoint writing, not included);
+* ``tb/`` TensorBoard scalars of the same numbers (event files are append-only streams);
+* ``checkpoints/epoch-NNNN.npz`` after every epoch (:mod:`gan3d.checkpoints`);
+* ``generator.keras``, ``discriminator.keras`` at the end; ``config.json`` (config + provenance).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from . import distributed
+from .config import Config, to_dict
+from .exceptions import CheckpointError, Gan3dError, NonFiniteLoss
+from .io import ensure_dir, provenance, write_json
+from .history import HISTORY_FIELDS, Progress, TensorBoard, read_history, write_history
+from .history import LOSSES as _LOSSES
+from .paths import resolve_path
+
+__all__ = ["TrainResult", "HISTORY_FIELDS", "train", "learning_rate", "measure_step_rate",
+           "read_history"]
+
+
+@dataclasses.dataclass
+class TrainResult:
+    """What :func:`train` made: paths (strings) and numbers. ``epoch_times`` has one dict per
+    epoch of this run with ``epoch``, ``time_train_s``, ``time_eval_s``, ``time_epoch_s``,
+    ``timed`` and ``showers_per_s``; ``final`` is the last history row."""
+
+    output: str
+    history: str
+    checkpoint: str | None
+    generator: str
+    discriminator: str
+    config: str
+    tensorboard: str
+    workers: int
+    epochs: int
+    resumed_from: int | None
+    epoch_times: list[dict]
+    final: dict
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def learning_rate(cfg: Config, workers: int, epoch: float) -> float:
+    """RMSprop learning rate at (fractional, 0-based) ``epoch``: lr x workers if scale_lr, reached
+    linearly from lr over ``lr_warmup_epochs`` when that is > 0."""
+    t = cfg.train
+    factor = workers if t.scale_lr else 1
+    ramp = 1.0 if t.lr_warmup_epochs == 0 else min(1.0, epoch / t.lr_warmup_epochs)
+    return t.learning_rate * (1.0 + (factor - 1) * ramp)
+
+
+# ---------------------------------------------------------------------------------------------
+# Set-up shared by train() and measure_step_rate()
+
+
+def _collective(world, fn: Callable[[], Any]) -> Any:
+    """Run ``fn`` on rank 0 and give its result - or its error - to every rank.
+
+    So a user error found by rank 0 (bad folder, missing data) stops all ranks at the same point
+    with the same message, instead of leaving the others waiting in a collective.
+    """
+    outcome, error = None, None
+    if world.is_root:
+        try:
+            outcome = (True, fn())
+        except Exception as exc:  # noqa: BLE001 - every rank must learn that rank 0 failed
+            error = exc
+            outcome = (False, exc if isinstance(exc, Gan3dError) else f"{type(exc).__name__}: {exc}")
+    ok, value = distributed.broadcast_object(outcome)  # DISTRIBUTED
+    if ok:
+        return value
+    if error is not None:
+        raise error
+    raise value if isinstance(value, Gan3dError) else RuntimeError(f"rank 0 failed: {value}")
+
+
+def _data_files(cfg: Config, workers: int = 1) -> tuple[list[str], list[str]]:
+    from . import datasets
+
+    if cfg.data.source == "synthetic":
+        from .showers import generate_dataset
+
+        # Idempotent: reuses intact files. Inside an MPI job rank 0 is bound to its own cores,
+        # so it writes alone (make large sets beforehand with `gan3d data generate`).
+        generate_dataset(cfg.data, workers=1 if workers > 1 else None)
+    files = datasets.list_files(resolve_path(cfg.data.path))
+    train_files, test_files = datasets.split_files(files, cfg.data.test_fraction)
+    return [str(f) for f in train_files], [str(f) for f in test_files]
+
+
+def _build_step(cfg: Config):
+    import keras
+
+    from .model import build_discriminator, build_generator
+    from .step import GanStep
+
+    keras.utils.set_random_seed(cfg.train.seed)  # rank 0's initial weights; then broadcast
+    policy = "mixed_bfloat16" if cfg.train.precision == "bfloat16" else None
+    t = cfg.train
+    return GanStep(build_generator(dtype=policy), build_discriminator(dtype=policy),
+                   loss_weights=t.loss_weights, label_flip=t.label_flip,
+                   learning_rate=t.learning_rate, rho=t.rho, seed=t.seed)
+
+
+def _prepare_output(cfg: Config, out: Path, resume: bool) -> None:
+    """Create the output folder (an unwritable one fails here); a fresh run forgets old epochs."""
+    ensure_dir(out)
+    ensure_dir(out / "checkpoints")
+    write_json(out / "config.json", {"config": to_dict(cfg), "provenance": provenance()})
+    if not resume:
+        for old in (out / "checkpoints").glob("epoch-*.npz"):
+            old.unlink()
+
+
+def _resume_state(step, cfg: Config, out: Path) -> tuple[int, list[dict], Path | None]:
+    """On rank 0: restore the newest checkpoint; (epochs done, history, path)."""
+    from . import checkpoints
+
+    path = checkpoints.latest_checkpoint(out / "checkpoints")
+    if path is None:
+        _say(f"no checkpoint in {out / 'checkpoints'}: starting from scratch")
+        return 0, [], None
+    meta, arrays = checkpoints.load_checkpoint(path)
+    checkpoints.check_compatible(meta, cfg, path)
+    checkpoints.restore_variables(step.state_variables(), meta, arrays, path)
+    if meta["epoch"] > cfg.train.epochs:
+        raise CheckpointError(f"{path} has {meta['epoch']} epochs, more than train.epochs = "
+                              f"{cfg.train.epochs}; raise train.epochs to continue")
+    _say(f"resuming after epoch {meta['epoch']} from {path}")
+    return meta["epoch"], meta["history"], path
+
+
+def _say(text: str) -> None:
+    if distributed.world().is_root:
+        print(f"[gan3d train] {text}", flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# The loop
+
+
+def train(cfg: Config, *, resume: bool = False) -> TrainResult:
+    """Train 3DGAN as configured, as one rank of however many were launched; see module doc.
+
+    Raises OutputNotWritable, DataFileMissing (and the other data errors), CheckpointError or
+    ConfigError before the first step, NonFiniteLoss at the step whose loss is NaN/inf (the last
+    good checkpoint stays in place). Returns the same :class:`TrainResult` on every rank.
+    """
+    world = distributed.init()  # DISTRIBUTED: first thing, before TensorFlow runs an op
+    out = resolve_path(cfg.train.output)
+    _collective(world, lambda: _prepare_output(cfg, out, resume))
+    train_files, test_files = _collective(world, lambda: _data_files(cfg, world.size))
+    if world.size != cfg.train.workers:
+        _say(f"running on {world.size} worker(s); train.workers = {cfg.train.workers} only tells "
+             "launchers how many to start")
+    step = _build_step(cfg)
+    start, history, resumed = 0, [], None
+    if resume:
+        start, history, resumed = _collective(world, lambda: _resume_state(step, cfg, out))
+    step.broadcast_state()  # DISTRIBUTED: models and optimiser state of rank 0 everywhere
+    loop = _Loop(cfg, world, step, out, train_files, test_files, history)
+    epoch_times = [loop.run_epoch(epoch) for epoch in range(start, cfg.train.epochs)]
+    paths = _collective(world, loop.export)
+    return TrainResult(
+        output=str(out), history=str(out / "history.jsonl"), checkpoint=paths["checkpoint"],
+        generator=paths["generator"], discriminator=paths["discriminator"],
+        config=str(out / "config.json"), tensorboard=str(out / "tb"), workers=world.size,
+        epochs=cfg.train.epochs, resumed_from=start if resumed else None,
+        epoch_times=epoch_times, final=dict(loop.history[-1]) if loop.history else {},
+    )
+
+
+class _Loop:
+    """State of one training run on one rank; :meth:`run_epoch` is one epoch."""
+
+    def __init__(self, cfg, world, step, out, train_files, test_files, history):
+        from .datasets import ShardedShowers
+
+        self.cfg, self.world, self.step, self.out = cfg, world, step, out
+        t = cfg.train
+        self.data = ShardedShowers(train_files, world.rank, world.size, t.batch_size,
+                                   seed=t.seed, max_batches=t.steps_per_epoch or None)
+        self.steps = len(self.data)
+        self.test_files = test_files
+        self.history = list(history)
+        self.eval_noise = _EvalNoise(cfg, world, test_files) if t.eval_mode != "none" else None
+        self.tb = TensorBoard(out / "tb") if world.is_root else None
+        self.progress = (Progress(t.epochs, self.steps, t.batch_size * world.size)
+                         if world.is_root else None)
+
+    def run_epoch(self, epoch: int) -> dict:
+        t = self.cfg.train
+        self.step.reseed(t.seed, self.world.rank, epoch)
+        t0 = time.perf_counter()
+        train_losses, lr = self._train(epoch)
+        t1 = time.perf_counter()
+        self.step.average_batch_statistics()  # DISTRIBUTED: one set of BN statistics to save
+        test_losses = self._evaluate()
+        t2 = time.perf_counter()
+        row = self._row(epoch, lr, train_losses, test_losses, t1 - t0, t2 - t1)
+        self.history.append(row)
+        if self.world.is_root:
+            self._write(epoch, row)
+        if self.progress:
+            self.progress.epoch_done(row)
+        keys = ("epoch", "time_train_s", "time_eval_s", "time_epoch_s", "timed", "showers_per_s")
+        return {k: row[k] for k in keys}
+
+    def _train(self, epoch: int) -> tuple[np.ndarray, float]:
+        sums, lr = np.zeros(len(_LOSSES)), 0.0
+        for i, batch in enumerate(self.data.epoch(epoch)):
+            lr = learning_rate(self.cfg, self.world.size, epoch + i / self.steps)
+            self.step.set_learning_rate(lr)
+            losses = np.asarray(self.step.train_step(batch), dtype=np.float64)
+            if not np.isfinite(losses).all():
+                bad = ", ".join(f"{n}={v}" for n, v in zip(_LOSSES, losses) if not math.isfinite(v))
+                raise NonFiniteLoss(
+                    f"epoch {epoch + 1}, step {i + 1}: non-finite loss ({bad}); the last good "
+                    f"checkpoint in {self.out / 'checkpoints'} is kept - lower "
+                    f"train.learning_rate (now {lr:g}) or check the data")
+            sums += losses
+            if self.progress:
+                self.progress.step_done(epoch, i, losses)
+        return sums / self.steps, lr
+
+    def _evaluate(self) -> np.ndarray | None:
+        """Test losses (8,), or None. Serial: rank 0 evaluates, the others wait in the all-reduce."""
+        from .datasets import test_batches
+
+        t = self.cfg.train
+        if t.eval_mode == "none":
+            return None
+        sums, count = np.zeros(len(_LOSSES)), 0
+        batches = test_batches(self.test_files, self.world.rank, self.world.size, t.batch_size,
+                               mode=t.eval_mode, fraction=t.eval_fraction)
+        for batch in batches:
+            n = int(batch["energy"].shape[0])
+            sums += np.asarray(self.step.eval_sums(batch, self.eval_noise.take(count, n)))
+            count += n
+        total = distributed.allreduce(np.append(sums, count), "sum", name="test_losses")  # DISTRIBUTED
+        total = np.asarray(total, dtype=np.float64)
+        return total[:-1] / (2.0 * total[-1])  # D saw real + fake, G 2 fakes per test shower
+
+    def _row(self, epoch, lr, train_losses, test_losses, time_train, time_eval) -> dict:
+        t = self.cfg.train
+        row: dict[str, Any] = {"epoch": epoch + 1, "lr": lr}
+        row.update({n: float(v) for n, v in zip(_LOSSES, train_losses)})
+        tests = test_losses if test_losses is not None else [None] * len(_LOSSES)
+        row.update({"test_" + n: (None if v is None else float(v)) for n, v in zip(_LOSSES, tests)})
+        row.update(eval_mode=t.eval_mode, time_train_s=time_train, time_eval_s=time_eval,
+                   time_epoch_s=time_train + time_eval, timed=epoch >= t.timing_warmup_epochs,
+                   showers_per_s=self.steps * t.batch_size * self.world.size / time_train,
+                   workers=self.world.size, steps=self.steps, batch_size=t.batch_size,
+                   precision=t.precision)
+        return row
+
+    def _write(self, epoch: int, row: dict) -> None:
+        """Rank 0: history (whole file, atomically), TensorBoard scalars, checkpoint."""
+        from .checkpoints import save_checkpoint
+
+        write_history(self.out / "history.jsonl", self.history)
+        self.tb.write(row)
+        save_checkpoint(self.out / "checkpoints", epoch + 1, self.step.state_variables(),
+                        self.cfg, self.history, self.world.size)
+
+    def export(self) -> dict[str, str | None]:
+        """Rank 0: write the trained networks; returns their paths (run via _collective)."""
+        from .checkpoints import latest_checkpoint
+        from .model import save_discriminator, save_generator
+
+        gen = save_generator(self.step.g, self.out / "generator.keras")
+        disc = save_discriminator(self.step.d, self.out / "discriminator.keras")
+        ckpt = latest_checkpoint(self.out / "checkpoints")
+        return {"generator": str(gen), "discriminator": str(disc),
+                "checkpoint": str(ckpt) if ckpt else None}
+
+
+class _EvalNoise:
+    """Fixed latent noise per TEST SHOWER (not per rank): serial and distributed evaluation and
+    every epoch see the same fakes, so their test losses are comparable."""
+
+    def __init__(self, cfg: Config, world, test_files):
+        from .datasets import count_showers
+        from .step import E_RANGE
+
+        t = cfg.train
+        total = int(round(sum(count_showers(f) for f in test_files) * t.eval_fraction))
+        # The same shard bounds as datasets.test_batches.
+        lo = 0 if t.eval_mode == "serial" else world.rank * total // world.size
+        hi = (total if world.is_root else 0) if t.eval_mode == "serial" else (
+            (world.rank + 1) * total // world.size)
+        rng = np.random.default_rng([t.seed, 0xE7A1])
+        n = 200
+        self.e_fake = rng.uniform(*E_RANGE, total).astype(np.float32)[lo:hi]
+        self.z_fake = rng.standard_normal((total, n), dtype=np.float32)[lo:hi]
+        self.e_gen = rng.uniform(*E_RANGE, (total, 2)).astype(np.float32)[lo:hi]
+        self.z_gen = rng.standard_normal((total, 2, n), dtype=np.float32)[lo:hi]
+
+    def take(self, start: int, n: int) -> dict[str, np.ndarray]:
+        s = slice(start, start + n)
+        return {"e_fake": self.e_fake[s], "z_fake": self.z_fake[s],
+                "e_gen": self.e_gen[s].T.copy(), "z_gen": self.z_gen[s].transpose(1, 0, 2).copy()}
+
+
+# ---------------------------------------------------------------------------------------------
+# Step rate, for benchmarks and scaling studies
+
+
+def measure_step_rate(cfg: Config, steps: int = 5, warmup: int = 2, *, data: str = "random",
+                      threads: int | None = None) -> dict:
+    """Time ``steps`` full training steps after ``warmup`` untimed ones, on every rank.
+
+    ``data="random"`` feeds one fixed random batch (compute and all-reduce only);
+    ``data="files"`` reads this rank's shard of the configured data through the real pipeline.
+    Returns this rank's numbers: ``seconds_per_step`` (median), ``step_times_s``,
+    ``showers_per_s`` (this process: batch / median step), ``showers_per_s_total`` (x workers),
+    ``gflop_per_s`` (this process, by :func:`gan3d.model.step_flops`), ``workers``, ``rank``,
+    ``batch_size``, ``precision``, ``threads``. ``threads`` overrides the intra-op thread count
+    (default cores / local ranks); it only takes effect if TensorFlow has not started yet.
+    """
+    import tensorflow as tf
+
+    from .model import step_flops
+
+    world = distributed.init(threads=threads)  # DISTRIBUTED
+    step = _build_step(cfg)
+    step.broadcast_state()  # DISTRIBUTED
+    step.reseed(cfg.train.seed, world.rank, 0)
+    step.set_learning_rate(learning_rate(cfg, world.size, 1.0))
+    batches = _rate_batches(cfg, world, data)
+    times = []
+    for i in range(warmup + steps):
+        batch = next(batches)
+        t0 = time.perf_counter()
+        np.asarray(step.train_step(batch))  # the host copy waits for the step to finish
+        if i >= warmup:
+            times.append(time.perf_counter() - t0)
+    median = float(np.median(times))
+    b = cfg.train.batch_size
+    return {"seconds_per_step": median, "step_times_s": times, "showers_per_s": b / median,
+            "showers_per_s_total": b * world.size / median,
+            "gflop_per_s": step_flops(step.g, step.d) * b / median / 1e9,
+            "workers": world.size, "rank": world.rank, "batch_size": b,
+            "precision": cfg.train.precision,
+            "threads": tf.config.threading.get_intra_op_parallelism_threads()}
+
+
+def _rate_batches(cfg: Config, world, data: str):
+    b = cfg.train.batch_size
+    if data == "random":
+        rng = np.random.default_rng([cfg.train.seed, world.rank])
+        image = (rng.gamma(0.05, 2.0, (b, 25, 25, 25, 1)) * (rng.random((b, 25, 25, 25, 1)) < 0.3))
+        batch = {"image": image.astype(np.float32),
+                 "energy": rng.uniform(0.1, 5.0, b).astype(np.float32),
+                 "ecal_sum": image.sum(axis=(1, 2, 3, 4)).astype(np.float32)}
+        while True:
+            yield batch
+    elif data == "files":
+        from .datasets import ShardedShowers
+
+        train_files, _ = _collective(world, lambda: _data_files(cfg, world.size))
+        shard = ShardedShowers(train_files, world.rank, world.size, b, seed=cfg.train.seed)
+        epoch = 0
+        while True:
+            yield from shard.epoch(epoch)
+            epoch += 1
+    else:
+        raise ValueError(f"measure_step_rate: data must be 'random' or 'files', not {data!r}")
