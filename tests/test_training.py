@@ -1,0 +1,199 @@
+"""The training step and loop in one process (world size 1, no launcher)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import numpy as np
+import pytest
+
+from gan3d import checkpoints, config, step, training
+from gan3d.exceptions import (CheckpointError, ConfigError, DataFileMissing, NonFiniteLoss,
+                              OutputNotWritable)
+from gan3d.history import HISTORY_FIELDS, read_history
+from gan3d.model import load_generator
+
+
+def _tiny(tmp, **extra):
+    base = {"data.path": str(tmp / "data"), "data.n_showers": 48, "data.n_files": 4,
+            "data.test_fraction": 0.25, "train.batch_size": 2, "train.steps_per_epoch": 2,
+            "train.eval_fraction": 0.5, "train.epochs": 2, "train.output": str(tmp / "out")}
+    return config.resolve("quick", {**base, **extra})
+
+
+# --- pieces of the step ------------------------------------------------------------------------
+
+def test_ecal_target_is_the_published_fit():
+    from gan3d.showers import sampling_fraction_fit
+
+    e_gev = np.array([10.0, 100.0, 250.0, 500.0])
+    got = np.asarray(step.ecal_target(e_gev / 100.0))
+    # Network units: GeV x 100 of the deposited energy E x sampling fraction.
+    np.testing.assert_allclose(got, e_gev * sampling_fraction_fit(e_gev) * 100.0, rtol=1e-5)
+    assert got[0] / 100 == pytest.approx(10.0 * 0.0218, rel=0.01)  # 2.2 % at 10 GeV
+
+
+def test_losses_match_keras_definitions():
+    import keras
+
+    y = np.array([1.0, 0.0, 1.0, 0.0], dtype=np.float32)
+    p = np.array([0.9, 0.2, 1.0, 0.0], dtype=np.float32)
+    ours = np.asarray(step._bce(y, p))
+    ref = np.asarray(keras.losses.binary_crossentropy(y[:, None], p[:, None]))
+    np.testing.assert_allclose(ours, ref, rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(step._mape(np.float32(2.0), np.float32(1.5))), 25.0)
+
+
+@pytest.fixture(scope="module")
+def gan_step():
+    from gan3d import distributed
+
+    distributed.init()
+    return training._build_step(config.resolve("quick", {"train.seed": 3}))
+
+
+def test_draws_shapes_ranges_and_five_percent_flips(gan_step):
+    gan_step.reseed(3, 0, 0)
+    d = {k: np.asarray(v) for k, v in gan_step.draw(20_000).items()}
+    assert d["z_fake"].shape == (20_000, 200) and d["z_gen"].shape == (2, 20_000, 200)
+    assert d["e_gen"].shape == (2, 20_000)
+    assert 0.1 <= d["e_fake"].min() and d["e_fake"].max() <= 5.0  # 10-500 GeV in units of 100 GeV
+    for key in ("flip_real", "flip_fake"):
+        assert d[key].mean() == pytest.approx(0.05, abs=0.005)
+    assert abs(d["z_fake"].std() - 1.0) < 0.01
+
+
+def test_reseed_depends_on_rank_and_epoch_only(gan_step):
+    def seeds(rank, epoch):
+        gan_step.reseed(3, rank, epoch)
+        return [v.numpy().tolist() for v in gan_step.seed_variables()]
+
+    assert seeds(0, 1) == seeds(0, 1)
+    assert seeds(0, 1) != seeds(1, 1)
+    assert seeds(0, 1) != seeds(0, 2)
+    assert len(seeds(0, 0)) == 5  # step noise + the discriminator's four Dropout layers
+
+
+def test_optimiser_state_exists_before_the_first_step(gan_step):
+    # Built in the constructor, so that rank 0 can broadcast it before training starts.
+    n_g, n_d = len(gan_step.g.trainable_variables), len(gan_step.d.trainable_variables)
+    assert len(gan_step.optimizer_variables()) == (n_g + 2) + (n_d + 2)  # velocities + iter + lr
+
+
+def test_learning_rate_scaling_and_warmup():
+    cfg = config.resolve("quick", {"train.learning_rate": 1e-3})
+    assert training.learning_rate(cfg, 4, 0.0) == pytest.approx(4e-3)  # lr x workers
+    assert training.learning_rate(cfg.replace(**{"train.scale_lr": False}), 4, 0.0) == 1e-3
+    warm = cfg.replace(**{"train.lr_warmup_epochs": 2})
+    assert training.learning_rate(warm, 4, 0.0) == pytest.approx(1e-3)
+    assert training.learning_rate(warm, 4, 1.0) == pytest.approx(2.5e-3)
+    assert training.learning_rate(warm, 4, 5.0) == pytest.approx(4e-3)
+
+
+def test_paper_loss_weights_are_one_override_away():
+    cfg = config.resolve("quick", {"train.loss_weights": [8, 0.2, 0.1]})
+    assert cfg.train.loss_weights == (8.0, 0.2, 0.1)
+    with pytest.raises(ConfigError, match="loss_weights"):
+        config.resolve("quick", {"train.loss_weights": [8, 0.2]})
+
+
+# --- the loop ----------------------------------------------------------------------------------
+
+def _digest(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.slow
+def test_train_outputs_then_nan_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
+    cfg = _tiny(tmp_path)
+    result = training.train(cfg)
+    out = tmp_path / "out"
+    rows = read_history(out / "history.jsonl")
+    assert [r["epoch"] for r in rows] == [1, 2]
+    assert all(tuple(r) == HISTORY_FIELDS for r in rows)
+    assert [r["timed"] for r in rows] == [False, True]  # the quick profile's 1 warm-up epoch
+    for r in rows:
+        assert r["workers"] == 1 and r["steps"] == 2 and r["eval_mode"] == "distributed"
+        assert np.isfinite([r["d_loss"], r["g_loss"], r["test_d_loss"], r["test_g_loss"]]).all()
+        assert r["d_loss"] == pytest.approx(sum(w * r[k] for w, k in
+                                                zip((2, 0.1, 0.1), ("d_bce", "d_aux", "d_ecal"))))
+        assert r["time_epoch_s"] == pytest.approx(r["time_train_s"] + r["time_eval_s"])
+        assert r["showers_per_s"] == pytest.approx(2 * 2 / r["time_train_s"])
+    assert result.final == rows[-1] and len(result.epoch_times) == 2
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["epoch-0001.npz",
+                                                                        "epoch-0002.npz"]
+    assert list((out / "tb").glob("events.out.tfevents.*"))
+    assert json.loads((out / "config.json").read_text())["config"]["train"]["epochs"] == 2
+    assert load_generator(result.generator).count_params() == 872_948
+    assert not list(out.rglob("*.part")) and not list(out.rglob(".*.keras"))  # no temp files
+
+    # A NaN in epoch 3 of a resumed run: named error, epochs 1-2 stay exactly as they were.
+    before = {p.name: _digest(p) for p in [*(out / "checkpoints").iterdir(), out / "history.jsonl"]}
+    calls = {"n": 0}
+    real_step = step.GanStep.train_step
+
+    def poisoned(self, batch, draws=None, *, training=True):
+        calls["n"] += 1
+        losses = real_step(self, batch, draws, training=training)
+        return losses * np.nan if calls["n"] == 2 else losses
+
+    monkeypatch.setattr(step.GanStep, "train_step", poisoned)
+    with pytest.raises(NonFiniteLoss, match=r"epoch 3, step 2: non-finite loss \(d_loss=nan"):
+        training.train(cfg.replace(**{"train.epochs": 3}), resume=True)
+    after = {p.name: _digest(p) for p in [*(out / "checkpoints").iterdir(), out / "history.jsonl"]}
+    assert after == before
+    meta, _ = checkpoints.load_checkpoint(out / "checkpoints" / "epoch-0002.npz")
+    assert meta["epoch"] == 2 and len(meta["history"]) == 2
+
+
+@pytest.mark.slow
+def test_a_huge_learning_rate_fails_at_the_first_step_with_nothing_written(tmp_path):
+    cfg = _tiny(tmp_path, **{"train.learning_rate": 1e30})
+    with pytest.raises(NonFiniteLoss, match="epoch 1, step 1: non-finite loss"):
+        training.train(cfg)
+    assert not list((tmp_path / "out" / "checkpoints").iterdir())
+    assert not (tmp_path / "out" / "generator.keras").exists()
+
+
+def test_missing_data_is_a_named_error_before_any_step(tmp_path):
+    cfg = _tiny(tmp_path, **{"data.source": "clic", "data.path": str(tmp_path / "nowhere")})
+    with pytest.raises(DataFileMissing, match="nowhere"):
+        training.train(cfg)
+    assert not (tmp_path / "out" / "history.jsonl").exists()
+
+
+def test_unwritable_output_is_a_named_error(tmp_path):
+    (tmp_path / "a_file").write_text("x")
+    cfg = _tiny(tmp_path, **{"train.output": str(tmp_path / "a_file" / "out")})
+    with pytest.raises(OutputNotWritable, match="a_file"):
+        training.train(cfg)
+
+
+def test_invalid_configs_are_named_errors():
+    with pytest.raises(ConfigError, match="eval_mode"):
+        config.resolve("quick", {"train.eval_mode": "sometimes"})
+    with pytest.raises(ConfigError, match="precision"):
+        config.resolve("quick", {"train.precision": "float16"})
+    with pytest.raises(ConfigError, match="batch_size"):
+        config.resolve("quick", {"train.batch_size": 0})
+
+
+def test_resume_refuses_other_settings_and_damaged_checkpoints(tmp_path, gan_step):
+    cfg = _tiny(tmp_path)
+    folder = tmp_path / "ck"
+    path = checkpoints.save_checkpoint(folder, 1, gan_step.state_variables(), cfg, [], 1)
+    meta, arrays = checkpoints.load_checkpoint(path)
+    checkpoints.check_compatible(meta, cfg.replace(**{"train.epochs": 9}), path)  # more epochs: fine
+    with pytest.raises(CheckpointError, match=r"train.batch_size: 2 -> 4"):
+        checkpoints.check_compatible(meta, cfg.replace(**{"train.batch_size": 4}), path)
+    with pytest.raises(CheckpointError, match="different model"):
+        checkpoints.restore_variables(gan_step.state_variables()[:-1], meta, arrays, path)
+    for epoch in (2, 3):
+        checkpoints.save_checkpoint(folder, epoch, gan_step.state_variables(), cfg, [], 1)
+    assert [p.name for p in sorted(folder.iterdir())] == ["epoch-0002.npz", "epoch-0003.npz"]
+    assert checkpoints.latest_checkpoint(folder).name == "epoch-0003.npz"
+    damaged = folder / "epoch-0004.npz"
+    damaged.write_bytes((folder / "epoch-0003.npz").read_bytes()[:1000])  # a truncated copy
+    with pytest.raises(CheckpointError, match="damaged"):
+        checkpoints.load_checkpoint(damaged)

@@ -1,0 +1,126 @@
+"""Data-parallel training with real MPI processes: 2 ranks launched by the package's mpirun.
+
+The scripts run in tests/mpi_scripts/training_checks.py and write JSON that these tests read.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gan3d import distributed, runtime
+from gan3d.exceptions import RankFailed
+
+SCRIPT = Path(__file__).resolve().parent / "mpi_scripts" / "training_checks.py"
+
+pytestmark = [pytest.mark.mpi, pytest.mark.slow]
+
+
+def _ranks(folder: Path, n: int = 2) -> list[dict]:
+    return [json.loads((folder / f"rank{r}.json").read_text()) for r in range(n)]
+
+
+def _tiny(tmp: Path, **extra) -> dict:
+    """Overrides of the quick profile for a run of a few tiny steps."""
+    base = {"data.path": str(tmp / "data"), "data.n_showers": 48, "data.n_files": 4,
+            "data.test_fraction": 0.25, "train.batch_size": 2, "train.steps_per_epoch": 1,
+            "train.eval_fraction": 1 / 3}
+    return {**base, **extra}
+
+
+def _launch(np_: int, out: Path, plan: list) -> None:
+    distributed.launch(np_, [sys.executable, str(SCRIPT), str(out), json.dumps(plan)],
+                       timeout=900, stream=False)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> Path:
+    """All 2-rank checks in two launches (starting TensorFlow and Horovod is most of the cost),
+    plus the 1-rank reference of the equality check, run without any launcher."""
+    out = tmp_path_factory.mktemp("mpi")
+    full = _tiny(out, **{"train.epochs": 2, "train.output": str(out / "full")})
+    part = _tiny(out, **{"train.epochs": 1, "train.output": str(out / "part"),
+                         "train.eval_mode": "serial"})
+    _launch(2, out, [["equal2", "equal", [HALF]], ["sync", "sync", []],
+                     ["train", "train", [[[full, False], [part, False]]]]])
+    _launch(2, out, [["resumed", "train", [[[dict(part, **{"train.epochs": 2}), True]]]]])
+    plan = json.dumps([["equal1", "equal", [HALF]]])
+    subprocess.run([sys.executable, str(SCRIPT), str(out), plan], check=True,
+                   env=runtime.mpi_environment(), timeout=900, capture_output=True)
+    return out
+
+
+HALF = 2  # the equality check's per-rank batch; the 1-rank reference gets 2 x HALF
+
+
+def test_weights_are_bit_identical_on_all_ranks_after_steps(runs):
+    r0, r1 = _ranks(runs / "sync")
+    assert (r0["size"], r1["size"]) == (2, 2)
+    assert r0["seeds"] != r1["seeds"]  # per-rank noise and dropout ...
+    assert r0["trained"] == r1["trained"]  # ... yet every weight is bit-identical after 2 steps
+    assert r0["optimiser"] == r1["optimiser"]  # RMSprop state too
+    # BatchNorm moving statistics come from each rank's own batches until they are averaged.
+    assert r0["bn_before_sync"] != r1["bn_before_sync"]
+    assert r0["all_after_sync"] == r1["all_after_sync"]
+    assert r0["losses"] == r1["losses"]  # the step's losses are averaged over ranks
+
+
+def _rel(a, b) -> float:
+    a, b = np.asarray(a), np.asarray(b)
+    return float(np.linalg.norm(a - b) / np.linalg.norm(a))
+
+
+def test_two_ranks_of_batch_b_equal_one_rank_of_batch_2b(runs):
+    ref = _ranks(runs / "equal1", 1)[0]
+    r0, r1 = _ranks(runs / "equal2")
+    assert (ref["size"], r0["size"]) == (1, 2)
+    for key in ("d_inf", "g_inf", "d_bn", "g_bn", "update"):
+        assert r0[key] == r1[key]  # both ranks hold the same averaged gradients
+    # Inference-mode BatchNorm, per-sample noise and flips: equal up to float rounding.
+    assert _rel(ref["d_inf"], r0["d_inf"]) < 1e-4
+    assert _rel(ref["g_inf"], r0["g_inf"]) < 1e-4
+    # The weight update of a full step (4 RMSprop updates) agrees too; RMSprop normalises each
+    # gradient element, so a handful of near-zero elements may flip sign: allow 0.1 % of them.
+    update, diff = np.abs(ref["update"]), np.abs(np.subtract(ref["update"], r0["update"]))
+    assert np.median(diff) < 1e-3 * np.median(update)
+    assert np.mean(diff > 0.02 * update.max()) < 1e-3
+    # Per-rank batch statistics (training mode, Dropout off) move the gradients measurably:
+    # the paper's set-up (no synchronised BatchNorm) is not exactly large-batch SGD.
+    d_bn, g_bn = _rel(ref["d_bn"], r0["d_bn"]), _rel(ref["g_bn"], r0["g_bn"])
+    print(f"relative gradient change from per-rank BN statistics: D {d_bn:.3g}, G {g_bn:.3g}")
+    assert d_bn > 100 * _rel(ref["d_inf"], r0["d_inf"])
+    assert g_bn > 100 * _rel(ref["g_inf"], r0["g_inf"])
+
+
+def test_resume_continues_exactly_and_serial_eval_equals_distributed(runs):
+    resumed = json.loads((runs / "resumed" / "rank0.json").read_text())["runs"][0]
+    assert resumed["resumed_from"] == 1 and resumed["workers"] == 2
+    a = np.load(runs / "full" / "checkpoints" / "epoch-0002.npz")
+    b = np.load(runs / "part" / "checkpoints" / "epoch-0002.npz")
+    names = [k for k in a.files if k != "meta"]
+    assert len(names) > 70
+    assert all(np.array_equal(a[k], b[k]) for k in names)  # bit-identical models and optimisers
+    ha = [json.loads(s) for s in (runs / "full" / "history.jsonl").read_text().splitlines()]
+    hb = [json.loads(s) for s in (runs / "part" / "history.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in hb] == [1, 2]
+    for ra, rb in zip(ha, hb):
+        assert [ra[k] for k in ("d_loss", "g_loss", "d_aux", "g_ecal")] == \
+               [rb[k] for k in ("d_loss", "g_loss", "d_aux", "g_ecal")]
+        # Serial (rank 0 alone) and distributed evaluation see the same showers and fakes.
+        assert (rb["eval_mode"], ra["eval_mode"]) == ("serial", "distributed")
+        assert rb["test_d_loss"] == pytest.approx(ra["test_d_loss"], rel=1e-5)
+        assert rb["test_g_loss"] == pytest.approx(ra["test_g_loss"], rel=1e-5)
+
+
+def test_missing_data_stops_every_rank_with_the_named_error(tmp_path):
+    bad = {"data.source": "clic", "data.path": str(tmp_path / "nowhere"),
+           "train.output": str(tmp_path / "out")}
+    with pytest.raises(RankFailed) as err:
+        _launch(2, tmp_path, [["bad", "train", [[[bad, False]]]]])
+    assert "DataFileMissing" in err.value.message and "nowhere" in err.value.message
+    assert not list((tmp_path / "out").glob("checkpoints/*.npz"))
