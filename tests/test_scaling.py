@@ -223,3 +223,19 @@ def test_timeline_of_a_real_two_worker_step(tmp_path):
     # The timeline's step is the step the rank timed (the median of 3, so within a third).
     assert m["step_s"] == pytest.approx(res["measured_step_time_s"], rel=0.35)
     assert math.isclose(m["compute_fraction"] + m["wait_fraction"] + m["comm_fraction"], 1.0)
+
+
+@pytest.mark.parametrize("allowed, threads, local_rank, expected", [
+    ([0, 1, 2, 3], 2, 1, [2, 3]),     # 2 of 4 cores each
+    ([0, 1], 1, 0, [0]),              # a 1-worker run bound to both cores keeps one
+    ([1], 1, 1, [1]),                 # already bound to one core by mpirun: unchanged
+    ([0, 1], 1, 3, [1]),              # oversubscribed, unbound: round-robin
+])
+def test_pin_cores(monkeypatch, allowed, threads, local_rank, expected):
+    from gan3d import probes
+
+    state = {"cpus": set(allowed)}
+    monkeypatch.setattr(probes.os, "sched_getaffinity", lambda pid: set(state["cpus"]))
+    monkeypatch.setattr(probes.os, "sched_setaffinity", lambda pid, cpus: state.update(cpus=set(cpus)))
+    monkeypatch.setattr(runtime, "local_rank_info", lambda: (local_rank, 4))
+    assert probes.pin_cores(threads) == expected

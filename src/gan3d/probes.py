@@ -9,12 +9,14 @@ with :func:`gan3d.distributed.launch`; rank 0 writes the result to ``job["out"]`
 * ``train``: ``training.train(cfg)``, which writes ``history.jsonl`` in ``cfg.train.output``;
 * ``allreduce``: Horovod and plain-MPI all-reduce times over message ``sizes`` (bytes).
 
-Threads are pinned first (``threads`` intra-op threads per rank, the same at every worker count,
-so that one worker always stands for the same hardware, as one GPU did in the paper).
+Threads and cores are pinned first (``threads`` intra-op threads on as many cores per rank, the
+same at every worker count, so that one worker always stands for the same hardware, as one GPU
+did in the paper).
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 import time
@@ -23,15 +25,35 @@ from pathlib import Path
 from . import distributed
 from .io import read_json, write_json
 
-__all__ = ["main", "pin_threads", "time_allreduce"]
+__all__ = ["main", "pin_cores", "pin_threads", "time_allreduce"]
+
+
+def pin_cores(threads: int) -> list[int]:
+    """Restrict this process to ``threads`` of the cores the launcher gave it; return them.
+
+    mpirun binds one rank of a 1-worker run to every core but two ranks to one core each; pinning
+    each rank to exactly ``threads`` cores makes a worker the same hardware at every count (and
+    under other load it cannot borrow an idle core the others lack). With more ranks than cores
+    (oversubscribed, no binding) local ranks take the cores round-robin.
+    """
+    from . import runtime
+
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) > threads:
+        local_rank, _ = runtime.local_rank_info()
+        chosen = {allowed[(local_rank * threads + i) % len(allowed)] for i in range(threads)}
+        os.sched_setaffinity(0, chosen)
+    return sorted(os.sched_getaffinity(0))
 
 
 def pin_threads(threads: int) -> distributed.World:
-    """Start Horovod with ``threads`` intra-op threads and make the setting stick.
+    """Pin the cores (:func:`pin_cores`), start Horovod with ``threads`` intra-op threads and make
+    the setting stick.
 
     A first TensorFlow op initialises its runtime, after which later thread requests (the
     training's own ``distributed.init()``) are ignored instead of overriding this one.
     """
+    pin_cores(threads)
     world = distributed.init(threads=threads)
     import tensorflow as tf
 
@@ -125,7 +147,8 @@ def _run(job_path: str) -> None:
     world = pin_threads(int(job.get("threads", 1)))
     result = TASKS[job["task"]](job, world)
     if world.is_root:
-        result = dict(result, workers=world.size, threads=int(job.get("threads", 1)))
+        result = dict(result, workers=world.size, threads=int(job.get("threads", 1)),
+                      cores=sorted(os.sched_getaffinity(0)))
         write_json(job["out"], result)
 
 
