@@ -163,6 +163,21 @@ def _paper_curve(paper_wl: pm.Workload, cv: float, workers: np.ndarray) -> np.nd
     return pm.efficiency(list(workers), pm.PAPER["batch"], paper_wl, hw)
 
 
+def _paper_on(a0, a1, paper: dict, grid: np.ndarray) -> None:
+    """The paper's published point and the model with its hardware, on speed-up/efficiency axes."""
+    wl = pm.threedgan_workload()
+    e = _paper_curve(wl, paper["jitter_cv_inferred"], grid)
+    e0 = _paper_curve(wl, 0.0, grid)
+    a0.plot(grid, grid * e, ":", label=f"{LABELS['model']}, paper hardware")
+    a1.plot(grid, 100 * e, ":", color=a0.lines[-1].get_color(),
+            label=f"{LABELS['model']}, paper hardware + jitter {100 * paper['jitter_cv_inferred']:.2f} %")
+    a1.plot(grid, 100 * e0, "-", lw=0.8, color=a0.lines[-1].get_color(),
+            label=f"{LABELS['model']}, paper hardware, no jitter")
+    n, pe = pm.PAPER["workers"], pm.PAPER["train_efficiency"]
+    for ax, y in ((a0, n * pe), (a1, 100 * pe)):
+        ax.plot([n], [y], "*", ms=11, color="black", label=f"{LABELS['paper']}: 98.9 % at 12 (text)")
+
+
 def speedup_efficiency(scale: dict, *, model_here: Sequence[dict] | None = None,
                        paper: dict | None = None, max_workers: int = 12) -> Figure:
     """Figure 3: speed-up and efficiency against workers, measured here (oversubscribed counts
@@ -189,17 +204,7 @@ def speedup_efficiency(scale: dict, *, model_here: Sequence[dict] | None = None,
         a0.plot(mp, msp, "x", ms=7, label=f"{LABELS['model']}, calibrated here")
         a1.plot(mp, 100 * msp / mp, "x", ms=7, label=f"{LABELS['model']}, calibrated here")
     if paper:
-        wl = pm.threedgan_workload()
-        e = _paper_curve(wl, paper["jitter_cv_inferred"], grid)
-        e0 = _paper_curve(wl, 0.0, grid)
-        a0.plot(grid, grid * e, ":", label=f"{LABELS['model']}, paper hardware")
-        a1.plot(grid, 100 * e, ":", color=a0.lines[-1].get_color(),
-                label=f"{LABELS['model']}, paper hardware + jitter {100 * paper['jitter_cv_inferred']:.2f} %")
-        a1.plot(grid, 100 * e0, "-", lw=0.8, color=a0.lines[-1].get_color(),
-                label=f"{LABELS['model']}, paper hardware, no jitter")
-        n, pe = pm.PAPER["workers"], pm.PAPER["train_efficiency"]
-        a0.plot([n], [n * pe], "*", ms=11, color="black", label=f"{LABELS['paper']}: 98.9 % at 12 (text)")
-        a1.plot([n], [100 * pe], "*", ms=11, color="black", label=f"{LABELS['paper']}: 98.9 % at 12 (text)")
+        _paper_on(a0, a1, paper, grid)
     a0.set_xlabel("workers")
     a1.set_xlabel("workers")
     a0.set_ylabel("speed-up")
