@@ -141,9 +141,11 @@ def _prepare_output(cfg: Config, out: Path, resume: bool) -> None:
     ensure_dir(out)
     ensure_dir(out / "checkpoints")
     write_json(out / "config.json", {"config": to_dict(cfg), "provenance": provenance()})
-    if not resume:
-        for old in (out / "checkpoints").glob("epoch-*.npz"):
-            old.unlink()
+    if not resume:  # nothing of an earlier run in this folder may pass for this run's
+        stale = [*(out / "checkpoints").glob("epoch-*.npz"), *(out / "tb").glob("events.*"),
+                 *(out / n for n in ("history.jsonl", "generator.keras", "discriminator.keras"))]
+        for old in stale:
+            old.unlink(missing_ok=True)
 
 
 def _resume_state(step, cfg: Config, out: Path) -> tuple[int, list[dict], Path | None]:

@@ -1,0 +1,48 @@
+"""Notebook 02 trains 1 and 2 workers on MPI engines with tiny parameters and draws its figures."""
+
+from __future__ import annotations
+
+import json
+
+import nbformat
+import pytest
+
+from gan3d.history import HISTORY_FIELDS, read_history
+
+from conftest import NOTEBOOKS
+
+FIGURES = ("training_loss_curves.png", "training_epoch_times.png", "training_showers.png")
+
+
+def test_notebook_02_is_committed_without_outputs_and_parameterised():
+    nb = nbformat.read(NOTEBOOKS / "02_distributed_training.ipynb", as_version=4)
+    assert nb.cells[0].cell_type == "markdown" and "Claim" in nb.cells[0].source
+    params = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    assert len(params) == 1
+    for name in ("profile", "overrides", "workers", "epochs", "figures_dir", "results_dir"):
+        assert f"{name} =" in params[0].source
+    assert all(not c.get("outputs") and c.get("execution_count") is None
+               for c in nb.cells if c.cell_type == "code")
+    assert nb.metadata["kernelspec"]["name"] == "gan3d"
+
+
+@pytest.mark.slow
+@pytest.mark.mpi
+@pytest.mark.notebook
+def test_notebook_02_trains_one_and_two_workers(run_notebook, tmp_path):
+    figs, res = tmp_path / "figures", tmp_path / "results"
+    tiny = {"data.path": str(tmp_path / "data"), "data.n_showers": 48, "data.n_files": 4,
+            "data.test_fraction": 0.25, "train.batch_size": 2, "train.steps_per_epoch": 2,
+            "train.eval_fraction": 0.5, "train.timing_warmup_epochs": 1}
+    run_notebook("02_distributed_training.ipynb", profile="quick", overrides=tiny, workers=2,
+                 epochs=2, energies=[100.0], figures_dir=str(figs), results_dir=str(res))
+    for name in FIGURES:
+        assert (figs / name).stat().st_size > 10_000, name
+    summary = json.loads((res / "training_summary.json").read_text())
+    assert summary["workers"] == 2 and summary["epochs"] == 2
+    for workers in (1, 2):
+        rows = read_history(res / f"train_{workers}w")
+        assert [r["epoch"] for r in rows] == [1, 2]
+        assert all(tuple(r) == HISTORY_FIELDS and r["workers"] == workers for r in rows)
+        assert (res / f"train_{workers}w" / "generator.keras").is_file()  # for notebook 04
+    assert summary["throughput_ratio"] > 0
