@@ -54,11 +54,17 @@ def test_one_label_per_checkpoint(tmp_path, checkpoint):
         validation.validate([checkpoint], ["a", "b"], small_config(), results_dir=tmp_path)
 
 
-def test_validate_writes_metrics_for_every_bin(tmp_path, checkpoint):
-    cfg = small_config()
-    result = validation.validate([checkpoint], ["untrained"], cfg, results_dir=tmp_path,
+@pytest.fixture(scope="module")
+def small_run(checkpoint, tmp_path_factory):
+    """validate() of one untrained generator: 30 showers, inclusive and 100 GeV."""
+    out = tmp_path_factory.mktemp("validation")
+    result = validation.validate([checkpoint], ["untrained"], small_config(), results_dir=out,
                                  low_level=False, progress=False)
-    data = json.loads((tmp_path / "metrics.json").read_text())
+    return result, json.loads((out / "metrics.json").read_text())
+
+
+def test_validate_writes_metrics_for_every_bin(small_run):
+    result, data = small_run
     assert data["bins"] == ["inclusive", "100"] == result.bins
     assert data["config"]["validation"]["n_showers"] == 30 and "commit" in data["provenance"]
     for key in result.bins:
@@ -78,6 +84,30 @@ def test_validate_writes_metrics_for_every_bin(tmp_path, checkpoint):
     assert table.count("\n") == 1 + 6 * 2  # header, rule, 6 metrics x (reference + generator)
     head = validation.headline(data)
     assert set(head) == {"reference (2nd sample)", "untrained"}
+
+
+def test_figures_show_the_summaries(small_run):
+    from gan3d.plots import validation as vplots
+
+    result, data = small_run
+    samples = result.samples("inclusive")
+    assert list(samples) == ["reference", "untrained"]
+    fig = vplots.profiles(samples)
+    z_lin = fig.axes[2]  # row 0, column 2: longitudinal, linear
+    np.testing.assert_allclose(z_lin.lines[0].get_ydata(), samples["untrained"].profiles["z"])
+    assert fig.axes[5].get_yscale() == "log"
+    assert len(vplots.ecal_sum_per_bin({k: result.samples(k) for k in result.bins}).axes) == 1
+    overview = vplots.metric_overview(data)
+    assert [a.get_title() for a in overview.axes] == ["auc_high", "fpd", "three_dgan",
+                                                       "sep:sampling_fraction"]
+    reg = vplots.energy_regression(result.reference["inclusive"],
+                                   {"untrained": samples["untrained"]})
+    assert reg.axes[0].get_title() == "untrained"
+    for make in (vplots.moments, vplots.hits_and_spectrum):
+        assert len(make(samples).axes) in (3, 6)
+    check = vplots.validator_check({"reference": {"AUC": 0.5, "FPD": 0.01},
+                                    "wider": {"AUC": 1.0, "FPD": 20.0}})
+    assert [a.get_title() for a in check.axes] == ["AUC", "FPD"]
 
 
 def test_clic_reference_comes_from_held_out_files(tmp_path):

@@ -186,14 +186,19 @@ def metric_overview(result: dict, names=("auc_high", "fpd", "three_dgan", "sep:s
     rows = [("reference (2nd sample)", result["reference"], "0.45")]
     rows += [(lab, g["bins"], f"C{i}") for i, (lab, g) in enumerate(result["generators"].items())]
     for ax, name in zip(axes[0], names):
+        lo, hi = 0.0, 0.0
         for j, (lab, per_bin, color) in enumerate(rows):
-            y = [metric_value(per_bin[k], name) for k in keys]
-            err = [per_bin[k]["fpd"]["error"] for k in keys] if name == "fpd" else None
-            ax.errorbar(x + 0.08 * j, y, err, fmt="o", color=color, capsize=2, label=lab)
+            y = np.array([metric_value(per_bin[k], name) for k in keys])
+            err = np.array([per_bin[k]["fpd"]["error"] for k in keys]) if name == "fpd" else 0 * y
+            ax.errorbar(x + 0.08 * j, y, err if name == "fpd" else None, fmt="o", color=color,
+                        capsize=2, label=lab)
+            if np.any(np.isfinite(y)):
+                lo, hi = min(lo, np.nanmin(y - err)), max(hi, np.nanmax(y + err))
         ax.set_xticks(x, keys, rotation=45)
         ax.set(xlabel="energy bin (GeV)", title=name)
-        if name in ("fpd", "three_dgan") or name.startswith("sep:"):
+        if name in ("fpd", "three_dgan") or name.startswith("sep:"):  # values span decades
             ax.set_yscale("symlog", linthresh=1e-3)
+            ax.set_ylim(2 * lo, 3 * hi if hi > 0 else 1.0)
     axes[0, 0].legend()
     return fig
 
