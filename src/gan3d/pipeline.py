@@ -133,6 +133,9 @@ def step_parameters(step: Step, cfg: Config, overrides: Mapping[str, Any], resul
                               "figures_dir": str(staging), "results_dir": str(results / step.name)}
     if step.name == "training":
         params["workers"] = cfg.train.workers
+    if step.name == "scaling":
+        params.update(workers=list(cfg.scale.workers), steps=cfg.scale.steps,
+                      warmup_steps=cfg.scale.warmup_steps, repeats=cfg.scale.repeats)
     if step.name == "validation":
         train_dir = results / "training"
         params["checkpoints"] = [str(train_dir / "train_1w"),
