@@ -6,6 +6,7 @@
     gan3d train --profile quick --workers 2       # launches 2 MPI ranks by itself
     mpirun -np 4 gan3d train --profile paper      # or under any launcher (horovodrun too)
     gan3d scale --profile quick                   # scaling experiments
+    gan3d validate results/training/train_1w      # physics validation of a trained generator
     gan3d reproduce --profile quick               # every figure of the study
     gan3d lab                                     # JupyterLab on notebooks/ with the gan3d kernel
 
@@ -75,6 +76,13 @@ def build_parser() -> argparse.ArgumentParser:
     scale.add_argument("--mode", choices=("weak", "strong"))
     scale.add_argument("--output", help="scale.output folder")
 
+    val = sub.add_parser("validate", help="compare trained generators with reference showers")
+    _add_config_args(val)
+    val.add_argument("checkpoints", nargs="+", help="training output folders (with generator.keras)")
+    val.add_argument("--labels", help="comma-separated names, one per folder (default: folder names)")
+    val.add_argument("--no-low-level", action="store_true", help="skip the voxel-level classifier")
+    val.add_argument("--output", help="validation.output folder")
+
     rep = sub.add_parser("reproduce", help="run every notebook and regenerate every figure")
     _add_config_args(rep)
     rep.add_argument("--force", action="store_true", help="redo every step, even if up to date")
@@ -122,6 +130,18 @@ def _cmd_scale(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .validation import metrics_table, validate
+
+    labels = args.labels.split(",") if args.labels else [Path(c).name for c in args.checkpoints]
+    result = validate(args.checkpoints, labels, _config(args, **{"validation.output": args.output}),
+                      low_level=not args.no_low_level)
+    print(metrics_table(result.metrics))
+    return 0
+
+
 def _cmd_data(args: argparse.Namespace) -> int:
     if args.data_command == "check":
         from .datasets import check_files
@@ -165,6 +185,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"doctor": _cmd_doctor, "data": _cmd_data, "train": _cmd_train, "scale": _cmd_scale,
+            "validate": _cmd_validate,
             "reproduce": _cmd_reproduce, "lab": _cmd_lab}
 
 
@@ -174,6 +195,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if extra and args.command != "lab":
         parser.error("unrecognized arguments: " + " ".join(extra))
     args.lab_args = extra
+    from .runtime import apply_process_defaults
+
+    apply_process_defaults()  # before TensorFlow is imported: quiet logs, oneDNN, MPI settings
     try:
         return COMMANDS[args.command](args)
     except Gan3dError as exc:
