@@ -8,6 +8,9 @@ messages (G about 3.5 MB, D about 0.29 MB per all-reduce) fall::
     python bench/bench_allreduce.py                    # 2 ranks, results/bench/allreduce.json
     python bench/bench_allreduce.py --workers 4 --repeats 50 --output other.json
 
+It also times the step's computation (no all-reduce) on one rank alone and on all ranks at once:
+cores of one machine share caches, memory bandwidth and power, which the performance model needs.
+
 The physical limit on one machine is a copy through shared memory: each rank reads and writes
 the message about twice, so the bus bandwidth stays below one core's copy bandwidth, which the
 benchmark measures too (a 64 MiB NumPy copy) and prints as the ceiling.
@@ -33,6 +36,10 @@ def table(res: dict) -> str:
                     f"{f['bandwidth_Bps'] / 1e9:6.2f} GB/s (max residual {100 * f['max_rel_residual']:.0f} %)")
     rows.append(f"Horovod overhead per call: {1e3 * res['horovod_overhead_s']:.2f} ms; gradients: "
                 + ", ".join(f"{k} {v / 1e6:.2f} MB" for k, v in res["gradient_bytes"].items()))
+    c = res["compute"]
+    rows.append(f"3DGAN step computation per worker: {c['alone_flops'] / 1e9:.1f} GFLOP/s alone, "
+                f"{c['together_flops'] / 1e9:.1f} GFLOP/s with all {res['workers']} ranks busy "
+                f"(shared factor {c['shared_factor']:.2f})")
     best = max(res["bus_bandwidth_Bps"]["mpi"])
     rows.append(f"ceiling: one core copies {res['memcpy_Bps'] / 1e9:.2f} GB/s; the best MPI bus "
                 f"bandwidth is {100 * best / res['memcpy_Bps']:.0f} % of it")

@@ -78,6 +78,12 @@ def test_step_time_and_efficiency():
     silent = _hw(intra=pm.Link(math.inf, 0.0))
     assert np.allclose(pm.efficiency([1, 2, 8], 8, WL, silent, mode="strong"), 1.0)
     assert pm.step_time(4, 8, WL, _hw(overlap=1.0)).comm == 0.0
+    # Workers sharing a node's cores each keep a share of the 1-worker rate; one worker keeps all.
+    shared = _hw(shared=0.8)
+    assert pm.step_time(1, 8, WL, shared).compute == pytest.approx(8 * WL.step_flops / 50e9)
+    assert pm.step_time(2, 8, WL, shared).compute == pytest.approx(8 * WL.step_flops / 40e9)
+    assert pm.step_time(8, 8, WL, dataclasses.replace(shared, workers_per_node=1)).compute == \
+        pytest.approx(8 * WL.step_flops / 50e9)  # one worker per node: nothing shared
     # Jitter: the slowest of p workers sets the pace.
     jit = pm.step_time(2, 8, WL, _hw(jitter=0.1))
     assert jit.wait == pytest.approx(0.1 * jit.compute / math.sqrt(math.pi), rel=1e-6)

@@ -116,6 +116,11 @@ def test_model_check_against_a_synthetic_measurement():
     rows = speedup.model_check(scale, bench, wl)
     assert rows[0]["rel_error"] == pytest.approx(0.0)
     assert rows[1]["rel_error"] == pytest.approx(1 / 1.05 - 1)
+    # A measured sharing of the cores slows the 2-worker compute, never the 1-worker one.
+    bench["compute"] = {"shared_factor": 0.5}
+    rows = speedup.model_check(scale, bench, wl)
+    assert rows[0]["rel_error"] == pytest.approx(0.0)
+    assert rows[1]["compute_s"] == pytest.approx(2 * 3.0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -204,6 +209,9 @@ def test_allreduce_benchmark_on_two_ranks(tmp_path):
     assert res["gradient_bytes"] == {"G": 4 * 872_808, "D": 4 * 73_402}
     assert res["fit"]["mpi"]["bandwidth_Bps"] > 1e7
     assert res["memcpy_Bps"] > 1e8  # one core copies at least 100 MB/s
+    c = res["compute"]  # the step's computation alone on the node and with both ranks busy
+    assert c["alone_flops"] > 1e9 and c["together_flops"] > 1e9
+    assert 0.2 < c["shared_factor"] < 1.3
 
 
 @pytest.mark.mpi

@@ -3,13 +3,15 @@
 In the spirit of the roofline-plus-collectives scalability analysis of Castelló et al. (HPML 2019),
 one synchronous step of ``p`` workers, each on a per-worker batch of ``b`` showers, takes
 
-    t(p, b) = b F / R                                  computation (F FLOP per shower, R FLOP/s)
+    t(p, b) = b F / (R s_p)                            computation (F FLOP per shower, R FLOP/s)
             + sigma_p * cv * b F / R                   waiting for the slowest worker (jitter)
             + (1 - overlap) * sum_k A(n_k, p)          the all-reduces that are not hidden
 
     A(n, p) = o + 2 (p - 1) alpha + 2 (p - 1) / p * n / beta      (ring all-reduce of n bytes)
 
-with ``o`` a per-call framework overhead (Horovod's negotiation), ``alpha`` the per-hop latency and
+with ``s_p`` the share of the 1-worker rate a worker keeps while the others of its node compute
+too (1 for separate GPUs), ``o`` a per-call framework overhead (Horovod's negotiation), ``alpha``
+the per-hop latency and
 ``beta`` the bandwidth (bytes/s, one direction) of the slowest link in the ring, and ``sigma_p`` the
 expected maximum of ``p`` standard normal variables (0 for one worker). Whole runs follow Amdahl's
 law with the serial fraction ``s`` (the test-loss evaluation when it runs on one worker only):
@@ -78,7 +80,8 @@ class Hardware:
     ``workers_per_node`` workers share the fast ``intra`` link; a ring across nodes is limited by
     ``inter``. ``overhead`` is the framework's cost per all-reduce call (s), ``overlap`` the share of
     communication hidden behind computation (0..1), ``jitter`` the coefficient of variation of a
-    worker's step compute time.
+    worker's step compute time, ``shared`` the factor on ``rate`` when several workers compute on
+    one node at once (cores share caches, memory bandwidth, power; separate GPUs do not: 1).
     """
 
     name: str
@@ -89,6 +92,7 @@ class Hardware:
     overhead: float = 0.0
     overlap: float = 0.0
     jitter: float = 0.0
+    shared: float = 1.0
     peak: float | None = None
 
 
@@ -178,7 +182,8 @@ def expected_max_normal(p: int) -> float:
 def step_time(p: int, batch: float, wl: Workload, hw: Hardware,
               algorithm: Literal["ring", "tree"] = "ring") -> StepTime:
     """Model time of one synchronous step of ``p`` workers with per-worker ``batch`` showers."""
-    compute = batch * wl.step_flops / hw.rate
+    rate = hw.rate * (hw.shared if min(p, hw.workers_per_node) > 1 else 1.0)
+    compute = batch * wl.step_flops / rate
     wait = expected_max_normal(p) * hw.jitter * compute
     link = ring_link(hw, p)
     comm = sum(allreduce_time(n, p, link, hw.overhead, algorithm) for n in wl.allreduce_bytes)
@@ -268,12 +273,14 @@ def fit_allreduce(sizes: Sequence[float], times: Sequence[float], p: int,
 
 
 def calibrate(step_time_1: float, batch: float, wl: Workload, *, bandwidth: float,
-              latency: float, overhead: float = 0.0, jitter: float = 0.0,
+              latency: float, overhead: float = 0.0, jitter: float = 0.0, shared: float = 1.0,
               name: str = "this machine", peak: float | None = None) -> Hardware:
     """Hardware for this machine: the sustained rate from a measured 1-worker step time (s) at
-    per-worker ``batch``, the link from the all-reduce benchmark (all workers on one node)."""
+    per-worker ``batch``, the link from the all-reduce benchmark (all workers on one node), the
+    sharing factor from the same benchmark's compute probe."""
     return Hardware(name=name, rate=batch * wl.step_flops / step_time_1,
-                    intra=Link(bandwidth, latency), overhead=overhead, jitter=jitter, peak=peak)
+                    intra=Link(bandwidth, latency), overhead=overhead, jitter=jitter,
+                    shared=shared, peak=peak)
 
 
 # ---------------------------------------------------------------------------------------------

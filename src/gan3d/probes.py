@@ -16,6 +16,7 @@ did in the paper).
 
 from __future__ import annotations
 
+import functools
 import os
 import statistics
 import sys
@@ -25,7 +26,7 @@ from pathlib import Path
 from . import distributed
 from .io import read_json, write_json
 
-__all__ = ["main", "pin_cores", "pin_threads", "time_allreduce"]
+__all__ = ["main", "pin_cores", "pin_threads", "time_allreduce", "time_shared_compute"]
 
 
 def pin_cores(threads: int) -> list[int]:
@@ -121,7 +122,72 @@ def _allreduce(job: dict, world: distributed.World) -> dict:
         res[key] = [float(v) for v in tf.reshape(worst, [-1]).numpy()]
     res["workers"] = world.size
     res["memcpy_Bps"] = _memcpy_bandwidth(max(job["sizes"]))
+    res["compute"] = time_shared_compute(world, job.get("compute_s", 4.0))
     return res
+
+
+@functools.lru_cache(maxsize=1)
+def _compute_probe(batch: int = 2):
+    """The 3DGAN step's computation without its all-reduces, as a traced function: D's gradients
+    on a batch, then G's gradients through D (the step's op mix, half its work). Returns the
+    function and its FLOPs per call (5 D + 3 G forward passes per shower)."""
+    import tensorflow as tf
+
+    from .model import build_discriminator, build_generator
+    from .perfmodel import REFERENCE_COUNTS as C
+
+    g, d = build_generator(), build_discriminator()
+    image = tf.random.uniform((batch, 25, 25, 25, 1))
+    z = tf.random.normal((batch, 200))
+
+    @tf.function
+    def grads():
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.add_n(d(image, training=True)[:2]))
+        gd = tape.gradient(loss, d.trainable_variables)
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.add_n(d(g(z, training=True), training=True)[:2]))
+        gg = tape.gradient(loss, g.trainable_variables)
+        return tf.add_n([tf.reduce_sum(x) for x in gd + gg if x is not None])
+
+    grads().numpy()  # trace and warm up once
+    return grads, batch * (5 * C["d_forward_flops"] + 3 * C["g_forward_flops"])
+
+
+def _compute_rate(seconds: float) -> float:
+    """FLOP/s of this process on :func:`_compute_probe`, run for about ``seconds``."""
+    conv, flop = _compute_probe()
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        conv().numpy()
+        n += 1
+    return n * flop / (time.perf_counter() - t0)
+
+
+def time_shared_compute(world: distributed.World, seconds: float = 4.0) -> dict:
+    """The per-worker compute rate with the node to itself against with every rank computing.
+
+    Cores of one machine share caches, memory bandwidth, power and, on virtual machines, often
+    one physical core (SMT siblings); GPUs do not. Rank 0 measures alone while the others sleep
+    (an MPI barrier would spin on a sibling core), then all ranks measure at once. Returns FLOP/s
+    ``alone`` and ``together`` (mean per rank) and their ratio ``shared_factor``.
+    """
+    import numpy as np
+    import tensorflow as tf
+
+    _compute_probe()  # every rank traces it before anyone times it
+    distributed.allreduce(tf.constant(0.0), "sum", name="compute_sync0")
+    if world.is_root:
+        alone = _compute_rate(seconds)
+    else:
+        time.sleep(seconds + 1.0)
+    distributed.allreduce(tf.constant(0.0), "sum", name="compute_sync1")
+    together = _compute_rate(seconds)
+    total = distributed.allreduce(tf.constant(together, tf.float64), "sum", name="compute_sum")
+    together = float(np.asarray(total)) / world.size
+    alone = alone if world.is_root else 0.0
+    return {"alone_flops": alone, "together_flops": together,
+            "shared_factor": together / alone if alone else float("nan"), "seconds": seconds}
 
 
 def _memcpy_bandwidth(nbytes: int, repeats: int = 5) -> float:

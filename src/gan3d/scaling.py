@@ -309,6 +309,7 @@ def allreduce_benchmark(*, workers: int = 2, sizes: Sequence[int] = BENCH_SIZES,
                                                       - fits["mpi"]["intercept_s"]),
               "gradient_bytes": {"G": wl.allreduce_bytes[2], "D": wl.allreduce_bytes[0]},
               "memcpy_Bps": raw["memcpy_Bps"],  # one core's copy bandwidth: the ceiling here
+              "compute": raw["compute"],  # per-worker FLOP/s alone and with all ranks busy
               "machine": machine_info(), "provenance": provenance()}
     write_json(path, result)
     return result

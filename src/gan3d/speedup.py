@@ -82,14 +82,17 @@ def overall_table(analysis: dict) -> str:
 def calibrated_hardware(scale: dict, bench: dict, wl: pm.Workload) -> pm.Hardware:
     """This machine in the model: the rate from the smallest worker count's median step time (it
     must be 1 worker), the link from the all-reduce benchmark (MPI latency and bandwidth, Horovod's
-    per-call overhead), the jitter from the spread of the 1-worker steps."""
+    per-call overhead) and the sharing of the node's cores from its compute probe, the jitter from
+    the spread of the 1-worker steps. Nothing of a multi-worker training run enters."""
     one = scale["points"][0]
     if one["workers"] != 1:
         raise ValueError("calibration needs a 1-worker measurement in the scaling results")
     fit = bench["fit"]["mpi"]
+    shared = bench.get("compute", {}).get("shared_factor", 1.0)
     return pm.calibrate(one["step_time_s"], one["batch_per_worker"], wl,
                         bandwidth=fit["bandwidth_Bps"], latency=fit["latency_s"],
-                        overhead=bench["horovod_overhead_s"], jitter=one.get("step_time_cv", 0.0))
+                        overhead=bench["horovod_overhead_s"], jitter=one.get("step_time_cv", 0.0),
+                        shared=shared if shared == shared else 1.0)  # NaN: not measured
 
 
 def model_check(scale: dict, bench: dict, wl: pm.Workload) -> list[dict]:
@@ -160,6 +163,7 @@ def summary(scale: dict, bench: dict, tl: dict, overall: dict, wl: pm.Workload,
         "timeline_measured": {k: tl["mean"][k] for k in
                               ("step_s", "compute_fraction", "wait_fraction", "comm_fraction")},
         "compute_bound_here": tl["mean"]["comm_fraction"] < 0.10,
+        "compute_sharing_measured": bench.get("compute"),
         "allreduce_measured": {"bandwidth_GBps": bench["fit"]["mpi"]["bandwidth_Bps"] / 1e9,
                                "latency_us": 1e6 * bench["fit"]["mpi"]["latency_s"],
                                "horovod_overhead_ms": 1e3 * bench["horovod_overhead_s"]},
