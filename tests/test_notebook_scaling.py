@@ -44,6 +44,15 @@ def test_notebook_03_measures_and_draws_everything(run_notebook, tmp_path):
     assert 0 < overall["serial_fraction_measured"] < 1
     assert s["compute_bound_here"]
     assert s["paper_model"]["model_efficiency_12"] > s["paper_model"]["published_efficiency_12"]
+    # Horovod's timeline of the real 3DGAN step: D's gradients twice, G's twice and the 8 losses
+    # (gan3d.step), the losses possibly fused with G's last gradients by Horovod.
+    tl = json.loads((res / "timeline_breakdown.json").read_text())
+    assert tl["collectives_per_step"] in (4, 5)
+    assert sum(m["bytes"] for m in tl["messages"]) == 2 * 4 * 73_402 + 2 * 4 * 872_808 + 4 * 8
+    assert sorted(m["tensors"] for m in tl["messages"]) in ([13, 14, 18, 18], [1, 13, 13, 18, 18])
+    m = tl["mean"]
+    assert m["compute_fraction"] + m["wait_fraction"] + m["comm_fraction"] == pytest.approx(1.0)
+    assert m["step_s"] == pytest.approx(tl["measured_step_time_s"], rel=0.35)
     nb = nbformat.read(out, as_version=4)
     assert not [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
                 if o.get("output_type") == "error"]
