@@ -349,6 +349,8 @@ def measure_step_rate(cfg: Config, steps: int = 5, warmup: int = 2, *, data: str
     ``data="random"`` feeds one fixed random batch (compute and all-reduce only);
     ``data="files"`` reads this rank's shard of the configured data through the real pipeline.
     Returns this rank's numbers: ``seconds_per_step`` (median), ``step_times_s``,
+    ``cpu_seconds_per_step`` (median CPU time of this process, all its threads, per step: busy
+    polling shows up here, other users of the machine do not), ``cpu_step_times_s``,
     ``showers_per_s`` (this process: batch / median step), ``showers_per_s_total`` (x workers),
     ``gflop_per_s`` (this process, by :func:`gan3d.model.step_flops`), ``workers``, ``rank``,
     ``batch_size``, ``precision``, ``threads``. ``threads`` overrides the intra-op thread count
@@ -364,16 +366,18 @@ def measure_step_rate(cfg: Config, steps: int = 5, warmup: int = 2, *, data: str
     step.reseed(cfg.train.seed, world.rank, 0)
     step.set_learning_rate(learning_rate(cfg, world.size, 1.0))
     batches = _rate_batches(cfg, world, data)
-    times = []
+    times, cpu = [], []
     for i in range(warmup + steps):
         batch = next(batches)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         np.asarray(step.train_step(batch))  # the host copy waits for the step to finish
         if i >= warmup:
             times.append(time.perf_counter() - t0)
+            cpu.append(time.process_time() - c0)
     median = float(np.median(times))
     b = cfg.train.batch_size
     return {"seconds_per_step": median, "step_times_s": times, "showers_per_s": b / median,
+            "cpu_seconds_per_step": float(np.median(cpu)), "cpu_step_times_s": cpu,
             "showers_per_s_total": b * world.size / median,
             "gflop_per_s": step_flops(step.g, step.d) * b / median / 1e9,
             "workers": world.size, "rank": world.rank, "batch_size": b,

@@ -1,0 +1,211 @@
+"""Training benchmark: showers/s of the full 3DGAN step on 1 and 2 MPI ranks, and how close to
+the machine's arithmetic ceiling it runs.
+
+Every configuration is launched through the package (``gan3d.distributed.launch``: the package's
+mpirun binding, MPI yielding, Horovod cycle time, threads = cores / ranks), so the numbers are
+what a user gets without tuning anything by hand. Measured in one run, for float32 and (where
+the CPU has bfloat16 arithmetic; else a short probe says why not) bfloat16:
+
+* ``1 rank x 1 thread`` - one worker on one core: the weak-scaling baseline;
+* ``1 rank x 2 threads`` - one process using the whole machine;
+* ``2 ranks x 1 thread`` - data parallel, one rank per core, gradients all-reduced every update;
+* the ceiling: a 2048 x 2048 matmul in TensorFlow, timed by every rank right after its steps,
+  with the same threads and neighbours (GFLOP/s, summed over the ranks).
+
+Scaling efficiency = showers/s of 2 ranks / (2 x showers/s of 1 rank x 1 thread), the paper's
+definition (per-worker batch fixed, each worker with the same resources); it needs an otherwise
+idle machine. The CPU efficiency = CPU seconds per shower of 1 rank x 1 thread / those of 2 ranks
+(all their threads, MPI and Horovod included) is blind to other users of the machine and still
+catches what data parallelism costs in work (all-reduce, busy polling). Achieved GFLOP/s use
+``gan3d.model.step_flops`` (needed arithmetic; frozen-D weight gradients not counted). The
+machine may be shared: each number is the median of ``--steps`` timed steps after ``--warmup``,
+then the median over ``--repeats`` launches interleaved across the variants; compare ratios
+within one run::
+
+    python bench/bench_training.py                     # writes results/bench/training.json
+    python bench/bench_training.py --batch 16 --steps 6 --precisions float32
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+CONFIGS = ((1, 1), (1, 2), (2, 1))  # (ranks, threads per rank)
+
+
+def matmul_peak(dtype: str, n: int = 2048, repeats: int = 5) -> float:
+    """Median GFLOP/s of an n x n matmul in TensorFlow, with this process's thread settings."""
+    import numpy as np
+    import tensorflow as tf
+
+    a = tf.constant(np.random.default_rng(0).standard_normal((n, n)), dtype=dtype)
+    matmul = tf.function(lambda x: tf.linalg.matmul(x, x))
+    matmul(a).numpy()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        matmul(a).numpy()
+        times.append(time.perf_counter() - t0)
+    return 2 * n**3 / float(np.median(times)) / 1e9
+
+
+def cpu_has_bf16() -> bool:
+    """Whether the CPU has bfloat16 arithmetic (AVX512_BF16 or AMX); without it TensorFlow's
+    oneDNN refuses bfloat16 and falls back to slow Eigen kernels."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def probe_bf16(opts) -> dict:
+    """One short 1-rank run per precision (batch 2), to show why bfloat16 is skipped."""
+    small = argparse.Namespace(**{**vars(opts), "batch": 2, "steps": 1, "warmup": 1})
+    f32, b16 = (run_config(1, 2, p, small) for p in ("float32", "bfloat16"))
+    ratio = b16["seconds_per_step"] / f32["seconds_per_step"]
+    return {"why": f"this CPU has no AVX512_BF16/AMX: a bfloat16 step took {ratio:.0f}x as "
+                   "long as float32 (batch 2, 1 step; TensorFlow falls back to Eigen)",
+            "seconds_per_step": {"float32": f32["seconds_per_step"],
+                                 "bfloat16": b16["seconds_per_step"]},
+            "matmul_gflop_s": {"float32": f32["peak_gflop_s"], "bfloat16": b16["peak_gflop_s"]}}
+
+
+def worker(args: dict, out: str) -> None:
+    """Runs in every rank: time the step, then (1-rank runs) the matmul ceiling."""
+    from gan3d import distributed
+    from gan3d.config import resolve
+    from gan3d.training import measure_step_rate
+
+    cfg = resolve("quick", {"train.batch_size": args["batch"], "train.precision": args["precision"]})
+    result = measure_step_rate(cfg, steps=args["steps"], warmup=args["warmup"],
+                               threads=args["threads"])
+    # The ceiling under the same conditions (threads, neighbours), measured by every rank at once.
+    result["peak_gflop_s"] = matmul_peak(args["precision"])
+    Path(out, f"rank{result['rank']}.json").write_text(json.dumps(result))
+
+
+def run_config(ranks: int, threads: int, precision: str, opts) -> dict:
+    """Launch one configuration through the package; the ranks' results, merged."""
+    from gan3d import distributed
+
+    args = {"batch": opts.batch, "precision": precision, "steps": opts.steps,
+            "warmup": opts.warmup, "threads": threads}
+    with tempfile.TemporaryDirectory() as tmp:
+        distributed.launch(ranks, [sys.executable, __file__, "--worker", json.dumps(args), tmp],
+                           timeout=1800, stream=False)
+        per_rank = [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(ranks)]
+    slowest = max(r["seconds_per_step"] for r in per_rank)  # ranks wait for each other anyway
+    gflop = per_rank[0]["gflop_per_s"] * per_rank[0]["seconds_per_step"]  # per rank and step
+    cpu = sum(r["cpu_seconds_per_step"] for r in per_rank)  # all ranks' cores, one step
+    return {"ranks": ranks, "threads": threads, "precision": precision, "batch_per_rank": opts.batch,
+            "seconds_per_step": slowest, "showers_per_s": ranks * opts.batch / slowest,
+            "gflop_per_s": gflop * ranks / slowest, "cpu_s_per_shower": cpu / (ranks * opts.batch),
+            "peak_gflop_s": sum(r["peak_gflop_s"] for r in per_rank), "per_rank": per_rank}
+
+
+def median_runs(repeats: list[dict]) -> dict:
+    """One configuration's interleaved repeats: medians of the per-repeat numbers."""
+    med = lambda k: statistics.median(r[k] for r in repeats)  # noqa: E731
+    keys = ("seconds_per_step", "showers_per_s", "gflop_per_s", "peak_gflop_s", "cpu_s_per_shower")
+    return {**{k: repeats[0][k] for k in ("ranks", "threads", "precision", "batch_per_rank")},
+            **{k: med(k) for k in keys}, "repeats": repeats}
+
+
+def run_all(opts) -> list[dict]:
+    """Every precision and configuration, ``opts.repeats`` times, interleaved; medians."""
+    done = {(p, c): [] for p in opts.precisions for c in CONFIGS}
+    for rep in range(opts.repeats):  # interleaved, so that a busy moment hits every variant
+        for prec, (ranks, threads) in done:
+            print(f"[bench_training] repeat {rep + 1}/{opts.repeats} {prec}: {ranks} rank(s) x "
+                  f"{threads} thread(s) ...", flush=True)
+            done[(prec, (ranks, threads))].append(run_config(ranks, threads, prec, opts))
+    return [median_runs(reps) for reps in done.values()]
+
+
+def summarise(runs: list[dict]) -> dict:
+    """Scaling efficiency and share of the matmul ceiling, per precision."""
+    out = {}
+    for prec in sorted({r["precision"] for r in runs}):
+        by = {(r["ranks"], r["threads"]): r for r in runs if r["precision"] == prec}
+        one, whole, two = by[(1, 1)], by[(1, 2)], by[(2, 1)]
+        out[prec] = {
+            "scaling_efficiency": two["showers_per_s"] / (2 * one["showers_per_s"]),
+            "two_ranks_vs_one_process": two["showers_per_s"] / whole["showers_per_s"],
+            # CPU seconds per shower are blind to other users of the machine but not to the
+            # extra work of data parallelism (all-reduce, busy polling, a second process).
+            "cpu_efficiency": one["cpu_s_per_shower"] / two["cpu_s_per_shower"],
+            "peak_gflop_s_1_thread": one["peak_gflop_s"],
+            "peak_gflop_s_machine": max(whole["peak_gflop_s"], two["peak_gflop_s"]),
+            "fraction_of_peak": {f"{k[0]}x{k[1]}": r["gflop_per_s"] / r["peak_gflop_s"]
+                                 for k, r in by.items()},
+        }
+    return out
+
+
+def table(runs: list[dict], summary: dict) -> str:
+    lines = [f"{'precision':9s} {'ranks x threads':>15s} {'s/step':>8s} {'showers/s':>10s} "
+             f"{'GFLOP/s':>8s} {'of peak':>8s} {'CPU s/shower':>13s}"]
+    for r in runs:
+        key = f"{r['ranks']}x{r['threads']}"
+        frac = summary[r["precision"]]["fraction_of_peak"][key]
+        lines.append(f"{r['precision']:9s} {key:>15s} {r['seconds_per_step']:8.3f} "
+                     f"{r['showers_per_s']:10.2f} {r['gflop_per_s']:8.1f} {frac:8.1%} "
+                     f"{r['cpu_s_per_shower']:13.3f}")
+    for prec, s in summary.items():
+        lines.append(f"{prec}: scaling efficiency 2 ranks {s['scaling_efficiency']:.1%} by wall "
+                     f"time, {s['cpu_efficiency']:.1%} by CPU time "
+                     f"(2 ranks / one 2-thread process {s['two_ranks_vs_one_process']:.2f}); "
+                     f"matmul ceiling {s['peak_gflop_s_1_thread']:.0f} GFLOP/s on 1 thread, "
+                     f"{s['peak_gflop_s_machine']:.0f} on the machine")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--batch", type=int, default=16, help="per-rank batch (default 16)")
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=3, help="interleaved launches per variant")
+    p.add_argument("--precisions", nargs="+", choices=["float32", "bfloat16"],
+                   help="default: float32, plus bfloat16 where the CPU has bfloat16 arithmetic")
+    p.add_argument("--output", default="results/bench/training.json")
+    p.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
+    opts = p.parse_args(argv)
+    if opts.worker:
+        from gan3d.distributed import guard
+
+        guard(worker, json.loads(opts.worker[0]), opts.worker[1])
+        return 0
+    from gan3d.io import provenance, write_json
+    from gan3d.model import step_flops
+    from gan3d.paths import resolve_path
+
+    bf16 = cpu_has_bf16()
+    notes = {}
+    if opts.precisions is None:
+        opts.precisions = ["float32", "bfloat16"] if bf16 else ["float32"]
+        if not bf16:
+            notes["bfloat16"] = probe_bf16(opts)
+            print(f"[bench_training] bfloat16 skipped: {notes['bfloat16']['why']}", flush=True)
+    runs = run_all(opts)
+    summary = summarise(runs)
+    print(table(runs, summary))
+    out = write_json(resolve_path(opts.output), {
+        "benchmark": "training", "step_gflop_per_shower": step_flops() / 1e9,
+        "settings": {"batch_per_rank": opts.batch, "steps": opts.steps, "warmup": opts.warmup,
+                     "repeats": opts.repeats},
+        "cpu_has_bf16": bf16, "notes": notes, "runs": runs, "summary": summary,
+        "provenance": provenance()})
+    print(f"[bench_training] wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
