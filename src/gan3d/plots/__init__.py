@@ -8,6 +8,7 @@ Plot functions live in submodules by topic (``plots.data``, ``plots.training``, 
 from __future__ import annotations
 
 import contextlib
+import functools
 from importlib import resources
 from pathlib import Path
 from typing import Iterator
@@ -20,7 +21,7 @@ from matplotlib.figure import Figure  # noqa: E402
 
 from ..io import atomic_path  # noqa: E402
 
-__all__ = ["style", "new_figure", "save_figure", "Figure", "LABELS"]
+__all__ = ["style", "styled", "new_figure", "save_figure", "Figure", "LABELS"]
 
 # How each source is told apart on every figure.
 LABELS = {
@@ -38,6 +39,15 @@ def style() -> Iterator[None]:
     path = resources.files("gan3d").joinpath("gan3d.mplstyle")
     with matplotlib.style.context(str(path)):
         yield
+
+
+def styled(fn):
+    """Decorator: create every artist of a plot function inside the house style."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with style():
+            return fn(*args, **kwargs)
+    return wrapper
 
 
 def new_figure(nrows: int = 1, ncols: int = 1, *, width: float | None = None,

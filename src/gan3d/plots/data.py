@@ -7,14 +7,13 @@ Each function returns a Figure in the house style.
 
 from __future__ import annotations
 
-import functools
 from typing import Mapping
 
 import matplotlib
 import numpy as np
 from matplotlib.colors import LogNorm
 
-from . import new_figure, style
+from . import new_figure, style, styled
 
 __all__ = ["example_showers", "shower_3d", "profiles", "sampling_fraction", "hits_and_spectrum",
            "fluctuations"]
@@ -32,13 +31,7 @@ def _colours(samples: Mapping) -> dict:
     return {e: cycle[i % len(cycle)] for i, e in enumerate(samples)}
 
 
-def _styled(fn):
-    """Create every artist inside the house style, so colours and sizes follow it."""
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        with style():
-            return fn(*args, **kwargs)
-    return wrapper
+_styled = styled  # every artist inside the house style, so colours and sizes follow it
 
 
 @_styled

@@ -8,7 +8,6 @@ Each function returns a Figure in the house style.
 
 from __future__ import annotations
 
-import functools
 from typing import Mapping, Sequence
 
 import matplotlib
@@ -16,7 +15,7 @@ import numpy as np
 from matplotlib.colors import LogNorm
 from matplotlib.ticker import MaxNLocator
 
-from . import LABELS, new_figure, style
+from . import LABELS, new_figure, style, styled
 
 __all__ = ["loss_curves", "epoch_times", "shower_comparison"]
 
@@ -24,13 +23,7 @@ _PARTS = {"loss": "weighted total", "bce": "real/fake BCE", "aux": "energy MAPE 
           "ecal": "ECAL-sum MAPE (%)"}
 
 
-def _styled(fn):
-    """Create every artist inside the house style."""
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        with style():
-            return fn(*args, **kwargs)
-    return wrapper
+_styled = styled  # every artist inside the house style, so colours and sizes follow it
 
 
 def _colours(n: int) -> list[str]:
