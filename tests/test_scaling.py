@@ -229,3 +229,19 @@ def test_pin_cores(monkeypatch, allowed, threads, local_rank, expected):
     monkeypatch.setattr(probes.os, "sched_setaffinity", lambda pid, cpus: state.update(cpus=set(cpus)))
     monkeypatch.setattr(runtime, "local_rank_info", lambda: (local_rank, 4))
     assert probes.pin_cores(threads) == expected
+
+
+def test_load_or_run_reuses_only_matching_results(tmp_path):
+    from gan3d.io import write_json
+
+    path = tmp_path / "r.json"
+    calls = []
+    make = lambda: calls.append(1) or {"new": True}  # noqa: E731
+    assert scaling.load_or_run(path, make, config=CFG) == {"new": True}  # missing: measured
+    write_json(path, {"config": config.to_dict(CFG), "old": True})
+    other = CFG.replace(**{"validation.n_showers": 50, "scale.steps": 99})
+    assert scaling.load_or_run(path, make, config=other, sections=("train",))["old"]
+    assert scaling.load_or_run(path, make, config=other, sections=("scale",)) == {"new": True}
+    with pytest.raises(ConfigError, match="run_missing"):
+        scaling.load_or_run(path, make, config=other, sections=("scale",), run_missing=False)
+    assert len(calls) == 2

@@ -315,17 +315,19 @@ def allreduce_benchmark(*, workers: int = 2, sizes: Sequence[int] = BENCH_SIZES,
     return result
 
 
-def load_or_run(path: str | Path, make, *, config: dict | None = None, run_missing: bool = True) -> dict:
-    """The results at ``path`` if they exist (and were made with ``config``, when given); else
-    ``make()`` when ``run_missing``, else :class:`~gan3d.exceptions.ConfigError` saying what to do."""
+def load_or_run(path: str | Path, make, *, config: Config | None = None,
+                sections: Sequence[str] = ("data", "train", "scale"), run_missing: bool = True) -> dict:
+    """The results at ``path`` if they exist and were made with the same ``sections`` of ``config``
+    (when given); else ``make()`` when ``run_missing``, else :class:`ConfigError` saying what to do."""
     import json
 
     path = resolve_path(path)
     if path.is_file():
         old = read_json(path)
-        if config is None or old.get("config") == json.loads(json.dumps(config)):  # tuples: lists
+        want = json.loads(json.dumps({k: to_dict(config)[k] for k in sections})) if config else {}
+        if all(old.get("config", {}).get(k) == v for k, v in want.items()):  # tuples: lists
             return old
-        why = f"{path} was made with another configuration"
+        why = f"{path} was made with other {'/'.join(sections)} settings"
     else:
         why = f"{path} does not exist"
     if not run_missing:
