@@ -26,7 +26,8 @@ from pathlib import Path
 from . import distributed
 from .io import read_json, write_json
 
-__all__ = ["main", "pin_cores", "pin_threads", "time_allreduce", "time_shared_compute"]
+__all__ = ["main", "pin_cores", "pin_threads", "scheduler_times", "time_allreduce",
+           "time_shared_compute"]
 
 
 def pin_cores(threads: int) -> list[int]:
@@ -208,13 +209,32 @@ def _memcpy_bandwidth(nbytes: int, repeats: int = 5) -> float:
 TASKS = {"steps": _steps, "train": _train, "allreduce": _allreduce}
 
 
+def scheduler_times() -> dict:
+    """Seconds this process's threads ran on a CPU and waited for one (Linux schedstat).
+
+    Waiting for a CPU while runnable means something else had it - other processes on a shared
+    machine, or this process's own threads: the measure of contention a wall-clock time hides.
+    """
+    run = wait = 0
+    for task in Path("/proc/self/task").glob("*"):
+        try:
+            fields = (task / "schedstat").read_text().split()
+        except OSError:  # a thread that ended meanwhile, or no schedstat (not Linux)
+            continue
+        run, wait = run + int(fields[0]), wait + int(fields[1])
+    return {"cpu_s": run * 1e-9, "runqueue_wait_s": wait * 1e-9, "wall_s": time.perf_counter()}
+
+
 def _run(job_path: str) -> None:
     job = read_json(job_path)
     world = pin_threads(int(job.get("threads", 1)))
+    before = scheduler_times()
     result = TASKS[job["task"]](job, world)
+    after = scheduler_times()
     if world.is_root:
         result = dict(result, workers=world.size, threads=int(job.get("threads", 1)),
-                      cores=sorted(os.sched_getaffinity(0)))
+                      cores=sorted(os.sched_getaffinity(0)),
+                      scheduler={k: after[k] - before[k] for k in after})
         write_json(job["out"], result)
 
 

@@ -149,21 +149,35 @@ def run(cfg: Config, *, workers: Sequence[int] | None = None, mode: str | None =
                                "train.workers": p})
         jobs[p] = {"task": "steps", "config": to_dict(cfg_p), "steps": s.steps,
                    "warmup": s.warmup_steps, "threads": threads}
-    runs: dict[int, list[list[float]]] = {p: [] for p in workers}
-    t0, total = time.monotonic(), len(workers) * s.repeats
-    for r in range(s.repeats):  # repeats outermost: a drifting machine load hits every count alike
-        for p in workers:
-            runs[p].append(_step_times(_launch(p, jobs[p], folder, f"steps_p{p}_r{r}", timeout=timeout)))
-            _progress(r * len(workers) + workers.index(p) + 1, total, t0,
-                      f"p={p}: {statistics.median(runs[p][-1]):.3f} s/step")
-    points = [_point(p, jobs[p]["config"]["train"]["batch_size"], runs[p], cores, threads)
-              for p in workers]
+    results = _repeat(jobs, s.repeats, folder, timeout)
+    points = []
+    for p in workers:
+        pt = _point(p, jobs[p]["config"]["train"]["batch_size"],
+                    [_step_times(res) for res in results[p]], cores, threads)
+        # The share of the run rank 0's threads were runnable but had no CPU (other load).
+        waits = [r["scheduler"]["runqueue_wait_s"] / r["scheduler"]["wall_s"]
+                 for r in results[p] if r.get("scheduler", {}).get("wall_s")]
+        pt["runqueue_wait_fraction"] = statistics.fmean(waits) if waits else None
+        points.append(pt)
     _speedups(points, mode)
     result = {"kind": "scaling", "mode": mode, "points": points, "threads_per_worker": threads,
               "workload": model_workload(cfg).__dict__, "config": to_dict(cfg),
               "machine": machine_info(), "provenance": provenance()}
     write_json(folder / f"scaling_{mode}.json", result)
     return result
+
+
+def _repeat(jobs: dict[int, dict], repeats: int, folder: Path, timeout: float) -> dict[int, list]:
+    """Rank 0's results of ``repeats`` launches of each job, repeats outermost: a drifting
+    machine load then hits every worker count alike."""
+    out: dict[int, list] = {p: [] for p in jobs}
+    t0, total = time.monotonic(), len(jobs) * repeats
+    for r in range(repeats):
+        for i, (p, job) in enumerate(jobs.items()):
+            out[p].append(_launch(p, job, folder, f"steps_p{p}_r{r}", timeout=timeout))
+            _progress(r * len(jobs) + i + 1, total, t0,
+                      f"p={p}: {statistics.median(_step_times(out[p][-1])):.3f} s/step")
+    return out
 
 
 def _point(p: int, b: int, runs: list[list[float]], cores: int, threads: int) -> dict:
@@ -234,9 +248,10 @@ def overall_time(cfg: Config, *, workers: Sequence[int] = (1, 2), output: str | 
             shutil.rmtree(out, ignore_errors=True)  # a fresh training, never a resumed one
             cfg_r = cfg.replace(**{"train.eval_mode": mode, "train.workers": p,
                                    "train.output": str(out)})
-            _launch(p, {"task": "train", "config": to_dict(cfg_r), "threads": threads}, folder,
-                    f"train_{mode}_p{p}", timeout=timeout)
-            every[f"{mode}_p{p}"].append(read_history(out / "history.jsonl"))
+            res = _launch(p, {"task": "train", "config": to_dict(cfg_r), "threads": threads},
+                          folder, f"train_{mode}_p{p}", timeout=timeout)
+            every[f"{mode}_p{p}"].append(dict(read_history(out / "history.jsonl"),
+                                              scheduler=res.get("scheduler")))
             _progress(r * len(plan) + k + 1, repeats * len(plan), t0, f"training p={p} eval={mode}: "
                       f"{every[f'{mode}_p{p}'][-1]['epoch_s']:.1f} s/epoch")
     runs = {name: dict(hs[0], **{k: statistics.median(h[k] for h in hs)
@@ -278,6 +293,7 @@ def record_timeline(cfg: Config, *, workers: int = 2, steps: int | None = None,
     parsed = timeline.breakdown(timeline.load(trace), workers, last_steps=steps)
     result = {"kind": "timeline", "workers": workers, "batch_per_worker": cfg.train.batch_size,
               "measured_step_time_s": statistics.median(_step_times(res)), **parsed,
+              "scheduler": res.get("scheduler"),
               "config": to_dict(cfg), "machine": machine_info(), "provenance": provenance()}
     write_json(folder / "timeline_breakdown.json", result)
     return result
