@@ -46,3 +46,8 @@ def test_provenance_names_versions_and_machine():
     info = provenance({"step": "test"})
     assert info["gan3d"] and info["machine"]["cores"] >= 1
     assert "numpy" in info["versions"] and info["step"] == "test"
+
+
+def test_written_files_are_readable_by_others(tmp_path):
+    path = write_json(tmp_path / "r.json", {"a": 1})
+    assert path.stat().st_mode & 0o777 == 0o644

@@ -52,6 +52,7 @@ def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[
     real_tmp = tmp_path.with_name(tmp_path.name[: -len(".part")])
     try:
         tmp_path.rename(real_tmp)
+        os.chmod(real_tmp, 0o644)  # mkstemp makes 0600; results and data are meant to be shared
         yield real_tmp
         os.replace(real_tmp, final)
     except BaseException:
