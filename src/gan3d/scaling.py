@@ -154,9 +154,10 @@ def run(cfg: Config, *, workers: Sequence[int] | None = None, mode: str | None =
     for p in workers:
         pt = _point(p, jobs[p]["config"]["train"]["batch_size"],
                     [_step_times(res) for res in results[p]], cores, threads)
-        # The share of the run rank 0's threads were runnable but had no CPU (other load).
-        waits = [r["scheduler"]["runqueue_wait_s"] / r["scheduler"]["wall_s"]
-                 for r in results[p] if r.get("scheduler", {}).get("wall_s")]
+        # Of the time rank 0's threads wanted a CPU, the share they waited for one (other load).
+        waits = [r["scheduler"]["runqueue_wait_s"] / (r["scheduler"]["runqueue_wait_s"]
+                                                      + r["scheduler"]["cpu_s"])
+                 for r in results[p] if r.get("scheduler", {}).get("cpu_s")]
         pt["runqueue_wait_fraction"] = statistics.fmean(waits) if waits else None
         points.append(pt)
     _speedups(points, mode)

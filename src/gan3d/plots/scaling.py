@@ -196,6 +196,10 @@ def speedup_efficiency(scale: dict, *, model_here: Sequence[dict] | None = None,
         if over.any():
             ax.plot(p[over], y[over], "o", mfc="none", ms=6, color=ax.lines[-1].get_color(),
                     label=f"{LABELS['measured']}, oversubscribed")
+    for q, y in zip(pts, 100 * eff):  # how busy the machine was: measured, not modelled
+        if q.get("runqueue_wait_fraction") is not None:
+            a1.annotate(f"waited for a CPU\n{100 * q['runqueue_wait_fraction']:.0f} % of the time",
+                        (q["workers"], y), textcoords="offset points", xytext=(6, -14), fontsize=6)
     if model_here:
         t1 = model_here[0]["predicted_s"]
         mp = np.array([m["workers"] for m in model_here])
