@@ -227,6 +227,7 @@ def test_pin_cores(monkeypatch, allowed, threads, local_rank, expected):
     state = {"cpus": set(allowed)}
     monkeypatch.setattr(probes.os, "sched_getaffinity", lambda pid: set(state["cpus"]))
     monkeypatch.setattr(probes.os, "sched_setaffinity", lambda pid, cpus: state.update(cpus=set(cpus)))
+    monkeypatch.setattr(probes, "Path", lambda p: type("P", (), {"glob": lambda self, pat: []})())
     monkeypatch.setattr(runtime, "local_rank_info", lambda: (local_rank, 4))
     assert probes.pin_cores(threads) == expected
 

@@ -44,19 +44,26 @@ def pin_cores(threads: int) -> list[int]:
     if len(allowed) > threads:
         local_rank, _ = runtime.local_rank_info()
         chosen = {allowed[(local_rank * threads + i) % len(allowed)] for i in range(threads)}
-        os.sched_setaffinity(0, chosen)
+        # Every thread that exists already (library pools started at import), not only this one:
+        # an affinity belongs to a thread, and new threads inherit their creator's.
+        tids = [int(t.name) for t in Path("/proc/self/task").glob("*")] or [0]
+        for tid in tids:
+            try:
+                os.sched_setaffinity(tid, chosen)
+            except OSError:  # a thread that ended meanwhile
+                pass
     return sorted(os.sched_getaffinity(0))
 
 
 def pin_threads(threads: int) -> distributed.World:
-    """Pin the cores (:func:`pin_cores`), start Horovod with ``threads`` intra-op threads and make
-    the setting stick.
+    """Start Horovod with ``threads`` intra-op threads, pin the cores (:func:`pin_cores`) and make
+    the thread setting stick.
 
     A first TensorFlow op initialises its runtime, after which later thread requests (the
     training's own ``distributed.init()``) are ignored instead of overriding this one.
     """
-    pin_cores(threads)
     world = distributed.init(threads=threads)
+    pin_cores(threads)  # after MPI_Init, which binds the process to the launcher's cores again
     import tensorflow as tf
 
     tf.constant(1.0) + 1.0
