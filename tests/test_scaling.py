@@ -129,9 +129,11 @@ def test_model_check_against_a_synthetic_measurement():
 
 
 def _trace(compute: np.ndarray, coord: float = 200.0, transfer: float = 300.0,
-           names=("d1", "d2", "g1", "g2", "step_losses")) -> list[dict]:
+           names=("d1", "d2", "g1", "g2", "step_losses"), fused=()) -> list[dict]:
     """A Horovod-style trace of steps x collectives, compute[r, step, c] microseconds on rank r
-    before it submits collective c; returns events in the order rank 0's timeline holds them."""
+    before it submits collective c; returns events in the order rank 0's timeline holds them.
+    In the steps listed in ``fused`` the last tensor travels in the same collective as the one
+    before it (Horovod's fusion, which depends on timing)."""
     workers, steps, k = compute.shape
     ev = [{"name": "process_name", "ph": "M", "pid": i + 1, "args": {"name": f"{n}_1of1"}}
           for i, n in enumerate(names)]
@@ -143,7 +145,10 @@ def _trace(compute: np.ndarray, coord: float = 200.0, transfer: float = 300.0,
     t = np.full(workers, 10.0)
     for s in range(steps):
         for c in range(k):
-            ready = t + compute[:, s, c]
+            if s in fused and c == k - 1:  # same spans as the previous tensor: one collective
+                ready, t[:] = ready, end - transfer - coord
+            else:
+                ready = t + compute[:, s, c]
             start, end = ready.max() + coord, ready.max() + coord + transfer
             pid = c + 1
             ev.append({"ph": "B", "name": "NEGOTIATE_ALLREDUCE", "ts": ready.min(), "pid": pid})
@@ -178,6 +183,25 @@ def test_timeline_breakdown_recovers_compute_wait_and_comm(tmp_path):
     assert m["compute_fraction"] + m["wait_fraction"] + m["comm_fraction"] == pytest.approx(1.0)
     spans = np.array([[s[2], s[3]] for s in res["strip"] if s[0] == 1])
     assert np.all(np.diff(spans, axis=1) > 0) and np.all(spans[1:, 0] >= spans[:-1, 1] - 1e-12)
+
+
+def test_timeline_steps_survive_fusion_that_varies_between_steps():
+    """The loss tensor fused into the gradients' collective in some steps only (as Horovod does
+    when it is submitted within one cycle): the collectives no longer repeat, the tensors still do."""
+    compute = np.random.default_rng(1).uniform(1e4, 3e4, (2, 7, 5))
+    ev = _trace(compute, fused=(2, 4))
+    colls = timeline.collectives(ev, 2, "ALLREDUCE")
+    assert len(colls) == 7 * 5 - 2
+    with pytest.raises(timeline.TimelineError, match="no repeating step"):
+        timeline.period([c["signature"] for c in colls])  # what a collective-level period sees
+    res = timeline.breakdown(ev, 2)
+    assert res["tensors_per_step"] == 5 and res["steps"] == 6
+    assert [s["collectives"] for s in res["per_step"]] == [5, 4, 5, 4, 5, 5]
+    for s, step in enumerate(res["per_step"], start=1):
+        c = compute[:, s, :4] if s in (2, 4) else compute[:, s, :]
+        assert step["duration_s"] == pytest.approx((c.max(axis=0).sum() + c.shape[1] * 500) * 1e-6)
+        assert step["compute_s"] == pytest.approx(c.sum(axis=1) * 1e-6)
+    assert res["messages"][-1]["name"] == "step_losses"
 
 
 def test_timeline_errors(tmp_path):

@@ -8,7 +8,8 @@ the tensor, then the ``<OP>`` span in which the data moves. For one collective `
 * waiting of rank r = ``all_ready - ready[r]`` (it had nothing to do but wait for the others);
 * communication = ``end - all_ready`` (coordination until the op starts, then the transfer).
 
-A step is one period of the repeating sequence of collectives; its duration is the time between
+A step is one period of the repeating sequence of tensors (not of collectives: which tensors
+Horovod fuses into one collective depends on timing); its duration is the time between
 the ends of the last collectives of consecutive steps, and computation = duration - waiting -
 communication. Ticks of ranks other than 0 reach the coordinator at its next cycle
 (``HOROVOD_CYCLE_TIME``), so the split between waiting and coordination is good to about a cycle.
@@ -90,33 +91,49 @@ def _tensor_ops(events: list[dict]) -> list[dict]:
     return ops
 
 
-def collectives(events: list[dict], workers: int) -> list[dict]:
-    """Tensors whose op spans overlap were fused into one collective; return them in time order,
-    each with ``tensors``, ``bytes``, per-rank ``ready`` (us), ``all_ready``, ``start``, ``end``."""
-    ops = sorted((o for o in _tensor_ops(events) if len(o["ready"]) == workers),
-                 key=lambda o: o["start"])
-    out: list[dict] = []
+def _ordered_ops(events: list[dict], workers: int, op: str | None = None) -> list[dict]:
+    """The per-tensor collectives every rank took part in, in time order (ties by name); only
+    those of kind ``op`` if given. ``name`` is the tensor's (a member of a grouped all-reduce
+    keeps its ``_<i>of<n>``); ``group`` drops that suffix."""
+    ops = [o for o in _tensor_ops(events) if len(o["ready"]) == workers and op in (None, o["op"])]
     for o in ops:
+        o["name"], o["group"] = o["tensor"], re.sub(r"_\d+of\d+$", "", o["tensor"])
+    return sorted(ops, key=lambda o: (o["start"], o["name"]))
+
+
+def _fuse(ops: list[dict], workers: int) -> list[dict]:
+    """Tensors whose op spans overlap were fused into one collective: the collectives, in time
+    order, each with ``tensors``, ``members`` (indices into ``ops``), ``bytes``, per-rank
+    ``ready`` (us), ``all_ready``, ``start``, ``end`` and a ``signature``."""
+    out: list[dict] = []
+    for i, o in enumerate(ops):
         if out and o["start"] <= out[-1]["end"]:
             c = out[-1]
             c["tensors"].append(o["tensor"])
+            c["members"].append(i)
             c["bytes"] += o["bytes"]
             c["end"] = max(c["end"], o["end"])
             c["ready"] = [max(a, o["ready"][r]) for r, a in enumerate(c["ready"])]
         else:
-            out.append({"tensors": [o["tensor"]], "bytes": o["bytes"], "start": o["start"],
-                        "end": o["end"], "ready": [o["ready"][r] for r in range(workers)],
-                        "op": o["op"]})
+            out.append({"tensors": [o["tensor"]], "members": [i], "bytes": o["bytes"],
+                        "start": o["start"], "end": o["end"],
+                        "ready": [o["ready"][r] for r in range(workers)], "op": o["op"]})
     for c in out:
         c["all_ready"] = max(c["ready"])
-        c["signature"] = "|".join(sorted({re.sub(r"_\d+of\d+$", "", t) for t in c["tensors"]}))
+        c["signature"] = "|".join(sorted({ops[i]["group"] for i in c["members"]}))
     return out
 
 
+def collectives(events: list[dict], workers: int, op: str | None = None) -> list[dict]:
+    """The collectives of a timeline in time order (tensors fused by Horovod counted as one);
+    see :func:`_fuse` for their fields."""
+    return _fuse(_ordered_ops(events, workers, op), workers)
+
+
 def period(signatures: list[str], min_match: float = 0.9) -> int:
-    """The number of collectives per step: the smallest lag at which the sequence repeats itself
-    (at least ``min_match`` of the positions agree). Start-up broadcasts and a trailing summary
-    barely lower the score; a step of K collectives scores 1 at lags K, 2K, ..."""
+    """The length of one step in a sequence of names: the smallest lag at which the sequence
+    repeats itself (at least ``min_match`` of the positions agree). Start-up broadcasts and a
+    trailing summary barely lower the score; a step of K items scores 1 at lags K, 2K, ..."""
     m = len(signatures)
     for k in range(1, m // 2 + 1):
         agree = sum(signatures[i] == signatures[i + k] for i in range(m - k))
@@ -125,26 +142,42 @@ def period(signatures: list[str], min_match: float = 0.9) -> int:
     raise TimelineError(f"no repeating step in {m} collectives; record more steps (>= 3)")
 
 
-def _steps(colls: list[dict], k: int, last_steps: int | None) -> list[list[int]]:
-    """Indices of the collectives of each complete step, oldest first (the last ``last_steps``).
+def _step_of_ops(names: list[str], k: int) -> list[int]:
+    """The step each tensor belongs to (0, 1, ...), -1 outside the complete steps of the periodic
+    stretch. Steps are found on tensors, not on fused collectives, because which tensors Horovod
+    fuses depends on timing (a small loss tensor joins the gradients in one step, not in the next).
 
-    A step ends with the collective that carries the step's losses when there is one (its name
+    A step ends with the tensor that carries the step's losses when there is one (its name
     contains ``loss``), so that figures show whole steps; otherwise the phase is arbitrary, which
     changes no mean.
     """
-    sig = [c["signature"] for c in colls]
-    end = max(i for i in range(len(sig)) if i >= k and sig[i] == sig[i - k])
+    end = max((i for i in range(k, len(names)) if names[i] == names[i - k]), default=-1)
+    if end < 0:
+        raise TimelineError(f"no repeating step in {len(names)} tensors; record more steps (>= 3)")
     start = end
-    while start - k >= 0 and sig[start - k] == sig[start]:
+    while start - k >= 0 and names[start - k] == names[start]:
         start -= 1
     start = max(start - k + 1, 0)  # first index of the periodic stretch
-    window = sig[start:end + 1]
-    ends = [j for j in range(k) if "loss" in window[j]] or [k - 1]
-    first_end = start + ends[0]
-    steps = []
-    for e in range(first_end, end + 1, k):
-        if e - k >= 0 and e - k + 1 >= start:  # a previous step end exists to measure from
-            steps.append(list(range(e - k + 1, e + 1)))
+    window = names[start:start + k]
+    first_end = start + ([j for j in range(k) if "loss" in window[j]] or [k - 1])[0]
+    step = [-1] * len(names)
+    for s, e in enumerate(range(first_end, end + 1, k)):
+        if e - k + 1 >= start:
+            for i in range(e - k + 1, e + 1):
+                step[i] = s
+    return step
+
+
+def _steps(colls: list[dict], step_of_op: list[int], last_steps: int | None) -> list[list[int]]:
+    """Indices of the collectives of each complete step, oldest first (the last ``last_steps``).
+    A collective belongs to the step of its last tensor; the first complete step only marks where
+    the second begins (a step is measured from the end of the previous one)."""
+    by_step: dict[int, list[int]] = {}
+    for ci, c in enumerate(colls):
+        s = step_of_op[max(c["members"])]
+        if s >= 0:
+            by_step.setdefault(s, []).append(ci)
+    steps = [idx for s, idx in sorted(by_step.items()) if s - 1 in by_step and idx[0] > 0]
     if last_steps:
         steps = steps[-last_steps:]
     if not steps:
@@ -157,16 +190,19 @@ def breakdown(events: list[dict], workers: int, *, last_steps: int | None = None
     """Per-step computation, waiting and communication of each rank from a timeline's events.
 
     Returns ``per_step`` (lists per rank), ``mean`` (seconds per step, averaged over steps and
-    ranks, plus fractions of the step), ``collectives_per_step``, the ``messages`` of one step
-    (bytes) and a ``strip`` of the last ``strip_steps`` steps for drawing: spans
-    ``[rank, kind, start_s, end_s]`` with kind compute | wait | comm, time from the strip's start.
+    ranks, plus fractions of the step), ``collectives_per_step`` (the median: fusion varies),
+    ``tensors_per_step``, the ``messages`` of the last step (bytes) and a ``strip`` of the last
+    ``strip_steps`` steps for drawing: spans ``[rank, kind, start_s, end_s]`` with kind
+    compute | wait | comm, time from the strip's start.
     """
     # Steps are made of all-reduces; the start-up broadcasts (one per variable) are not.
-    colls = [c for c in collectives(events, workers) if c["op"] == "ALLREDUCE"]
+    ops = _ordered_ops(events, workers, "ALLREDUCE")
+    colls = _fuse(ops, workers)
     if len(colls) < 4:
         raise TimelineError(f"only {len(colls)} complete collectives in the timeline")
-    k = period([c["signature"] for c in colls])
-    steps = _steps(colls, k, last_steps)
+    names = [o["name"] for o in ops]
+    k = period(names)
+    steps = _steps(colls, _step_of_ops(names, k), last_steps)
     us = 1e-6
     per_step = []
     for idx in steps:
@@ -178,7 +214,7 @@ def breakdown(events: list[dict], workers: int, *, last_steps: int | None = None
                 for r in range(workers)]
         per_step.append({"duration_s": dur, "comm_s": comm, "transfer_s": transfer,
                          "coordination_s": comm - transfer, "wait_s": wait,
-                         "compute_s": [dur - w - comm for w in wait]})
+                         "compute_s": [dur - w - comm for w in wait], "collectives": len(idx)})
     mean = {"step_s": float(np.mean([s["duration_s"] for s in per_step])),
             "compute_s": float(np.mean([s["compute_s"] for s in per_step])),
             "wait_s": float(np.mean([s["wait_s"] for s in per_step])),
@@ -187,7 +223,9 @@ def breakdown(events: list[dict], workers: int, *, last_steps: int | None = None
             "coordination_s": float(np.mean([s["coordination_s"] for s in per_step]))}
     for key in ("compute", "wait", "comm"):
         mean[f"{key}_fraction"] = mean[f"{key}_s"] / mean["step_s"] if mean["step_s"] > 0 else math.nan
-    return {"steps": len(per_step), "collectives_per_step": k, "per_step": per_step, "mean": mean,
+    return {"steps": len(per_step), "tensors_per_step": k,
+            "collectives_per_step": int(np.median([len(idx) for idx in steps])),
+            "per_step": per_step, "mean": mean,
             "messages": [{"tensors": len(colls[i]["tensors"]), "bytes": colls[i]["bytes"],
                           "name": colls[i]["signature"]} for i in steps[-1]],
             "strip": _strip(colls, steps[-strip_steps:], workers)}
