@@ -108,3 +108,12 @@ def test_cli_exit_status_is_nonzero_on_failure(project, monkeypatch):
         *a, notebooks_dir=project / "notebooks", results_dir=project / "results",
         figures_dir=project / "figures", verbose=False, **k))
     assert cli.main(["reproduce", "--profile", "quick"]) == 1
+
+
+def test_index_shows_project_paths_relative_to_the_project():
+    from gan3d.paths import repo_root
+    from gan3d.pipeline import _shown
+
+    inside = str(repo_root() / "results" / "training" / "train_1w")
+    assert _shown([inside, "/elsewhere/x"]) == ["results/training/train_1w", "/elsewhere/x"]
+    assert _shown(3) == 3 and _shown("quick") == "quick"

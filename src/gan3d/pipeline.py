@@ -289,6 +289,19 @@ def _write_provenance(results: Path, cfg: Config, summary: PipelineSummary) -> N
     }))
 
 
+def _shown(value: Any) -> Any:
+    """A parameter as the index shows it: paths inside the project relative to its root, so the
+    index reads the same on every machine."""
+    if isinstance(value, (list, tuple)):
+        return [_shown(v) for v in value]
+    if isinstance(value, str) and value.startswith("/"):
+        try:
+            return str(Path(value).relative_to(repo_root()))
+        except ValueError:
+            return value
+    return value
+
+
 def _write_index(figures: Path, state: Mapping[str, Any]) -> None:
     """figures/README.md: each figure -> paper figure, notebook, parameters, date, commit."""
     commit = git_commit() or "unknown"
@@ -302,7 +315,7 @@ def _write_index(figures: Path, state: Mapping[str, Any]) -> None:
         if not entry:
             continue
         params = {k: v for k, v in entry["parameters"].items() if k not in ("figures_dir", "results_dir")}
-        ptext = ", ".join(f"{k}={v}" for k, v in params.items()).replace("|", "/")
+        ptext = ", ".join(f"{k}={_shown(v)}" for k, v in params.items()).replace("|", "/")
         for name in entry["figures"]:
             lines.append(f"| [{name}]({name}) | {_paper_figure(name)} | {step.notebook} | "
                          f"{ptext} | {entry['finished_utc']} |")
