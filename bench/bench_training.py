@@ -6,37 +6,47 @@ mpirun binding, MPI yielding, Horovod cycle time, threads = cores / ranks), so t
 what a user gets without tuning anything by hand. Measured in one run, for float32 and (where
 the CPU has bfloat16 arithmetic; else a short probe says why not) bfloat16:
 
-* ``1 rank x 1 thread`` - one worker on one core: the weak-scaling baseline;
+* ``1 rank x 1 thread`` - one worker pinned to one core (all its threads), the other core idle:
+  the weak-scaling baseline;
 * ``1 rank x 2 threads`` - one process using the whole machine;
 * ``2 ranks x 1 thread`` - data parallel, one rank per core, gradients all-reduced every update;
+* ``2 x (1 rank x 1 thread)`` - two independent 1-worker processes at once, one per core, with no
+  communication: what sharing the node (memory bandwidth, caches, the host's noise) costs any
+  two jobs, data parallel or not;
 * the ceiling: a 2048 x 2048 matmul in TensorFlow, timed by every rank right after its steps,
   with the same threads and neighbours (GFLOP/s, summed over the ranks).
 
 Scaling efficiency = showers/s of 2 ranks / (2 x showers/s of 1 rank x 1 thread), the paper's
 definition (per-worker batch fixed, each worker with the same resources); it needs an otherwise
-idle machine. The CPU efficiency = CPU seconds per shower of 1 rank x 1 thread / those of 2 ranks
-(all their threads, MPI and Horovod included) is blind to other users of the machine and still
-catches what data parallelism costs in work (all-reduce, busy polling). Achieved GFLOP/s use
+idle machine. It factors into the node's share, ``contention`` = independent pair / (2 x one
+alone), and what data parallelism itself costs, ``parallel efficiency`` = 2 ranks / independent
+pair (all-reduce, Horovod's coordination, and the ranks waiting for the slower one at every
+all-reduce). Ratios are taken within each interleaved repeat, then the median. The CPU
+efficiency = CPU seconds per shower of 1 rank x 1 thread / those of 2 ranks (all their threads,
+MPI and Horovod included) is blind to other users of the machine and still catches what data
+parallelism costs in work (all-reduce, busy polling). Achieved GFLOP/s use
 ``gan3d.model.step_flops`` (needed arithmetic; frozen-D weight gradients not counted). The
 machine may be shared: each number is the median of ``--steps`` timed steps after ``--warmup``,
 then the median over ``--repeats`` launches interleaved across the variants; compare ratios
 within one run::
 
     python bench/bench_training.py                     # writes results/bench/training.json
-    python bench/bench_training.py --batch 16 --steps 6 --precisions float32
+    python bench/bench_training.py --batch 16 --steps 8 --precisions float32
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-CONFIGS = ((1, 1), (1, 2), (2, 1))  # (ranks, threads per rank)
+CONFIGS = ((1, 1), (1, 2), (2, 1), ("pair", 1))  # (ranks, threads per rank); "pair": 2 x (1, 1)
 
 
 def matmul_peak(dtype: str, n: int = 2048, repeats: int = 5) -> float:
@@ -78,17 +88,47 @@ def probe_bf16(opts) -> dict:
 
 
 def worker(args: dict, out: str) -> None:
-    """Runs in every rank: time the step, then (1-rank runs) the matmul ceiling."""
-    from gan3d import distributed
+    """Runs in every rank: pin, time the step, then the matmul ceiling."""
+    if args.get("core") is not None:  # one of an independent pair: its own core, before any thread
+        os.sched_setaffinity(0, {args["core"]})
+    from gan3d import probes
     from gan3d.config import resolve
     from gan3d.training import measure_step_rate
 
+    # A worker is `threads` cores, at every count: mpirun gives a lone rank every core.
+    probes.pin_threads(args["threads"])
+    if args.get("core") is not None:  # MPI's singleton start may have widened it again
+        for task in Path("/proc/self/task").iterdir():
+            try:
+                os.sched_setaffinity(int(task.name), {args["core"]})
+            except OSError:  # a thread that ended meanwhile
+                pass
     cfg = resolve("quick", {"train.batch_size": args["batch"], "train.precision": args["precision"]})
     result = measure_step_rate(cfg, steps=args["steps"], warmup=args["warmup"],
                                threads=args["threads"])
     # The ceiling under the same conditions (threads, neighbours), measured by every rank at once.
     result["peak_gflop_s"] = matmul_peak(args["precision"])
+    result["cores"] = sorted(os.sched_getaffinity(0))
     Path(out, f"rank{result['rank']}.json").write_text(json.dumps(result))
+
+
+def run_pair(args: dict) -> list[dict]:
+    """Two independent 1-rank workers at once, each on its own core (no MPI between them)."""
+    from gan3d import runtime
+
+    with tempfile.TemporaryDirectory() as tmp:
+        procs = []
+        for core in range(2):
+            Path(tmp, str(core)).mkdir()
+            cmd = [sys.executable, __file__, "--worker", json.dumps({**args, "core": core}),
+                   str(Path(tmp, str(core)))]
+            procs.append(subprocess.Popen(cmd, env=runtime.mpi_environment(), text=True,
+                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+        outs = [p.communicate(timeout=1800)[0] for p in procs]
+        for p, text in zip(procs, outs):
+            if p.returncode != 0:
+                raise RuntimeError(f"independent worker failed ({p.returncode}):\n{text[-3000:]}")
+        return [json.loads(Path(tmp, str(core), "rank0.json").read_text()) for core in range(2)]
 
 
 def run_config(ranks: int, threads: int, precision: str, opts) -> dict:
@@ -97,10 +137,21 @@ def run_config(ranks: int, threads: int, precision: str, opts) -> dict:
 
     args = {"batch": opts.batch, "precision": precision, "steps": opts.steps,
             "warmup": opts.warmup, "threads": threads}
-    with tempfile.TemporaryDirectory() as tmp:
-        distributed.launch(ranks, [sys.executable, __file__, "--worker", json.dumps(args), tmp],
-                           timeout=1800, stream=False)
-        per_rank = [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(ranks)]
+    if ranks == "pair":
+        per_rank = run_pair(args)
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            distributed.launch(ranks, [sys.executable, __file__, "--worker", json.dumps(args), tmp],
+                               timeout=1800, stream=False)
+            per_rank = [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(ranks)]
+    if ranks == "pair":  # independent: each at its own pace
+        return {"ranks": ranks, "threads": threads, "precision": precision,
+                "batch_per_rank": opts.batch,
+                "seconds_per_step": statistics.mean(r["seconds_per_step"] for r in per_rank),
+                "showers_per_s": sum(r["showers_per_s"] for r in per_rank),
+                "gflop_per_s": sum(r["gflop_per_s"] for r in per_rank),
+                "cpu_s_per_shower": sum(r["cpu_seconds_per_step"] for r in per_rank) / (2 * opts.batch),
+                "peak_gflop_s": sum(r["peak_gflop_s"] for r in per_rank), "per_rank": per_rank}
     slowest = max(r["seconds_per_step"] for r in per_rank)  # ranks wait for each other anyway
     gflop = per_rank[0]["gflop_per_s"] * per_rank[0]["seconds_per_step"]  # per rank and step
     cpu = sum(r["cpu_seconds_per_step"] for r in per_rank)  # all ranks' cores, one step
@@ -123,44 +174,59 @@ def run_all(opts) -> list[dict]:
     done = {(p, c): [] for p in opts.precisions for c in CONFIGS}
     for rep in range(opts.repeats):  # interleaved, so that a busy moment hits every variant
         for prec, (ranks, threads) in done:
-            print(f"[bench_training] repeat {rep + 1}/{opts.repeats} {prec}: {ranks} rank(s) x "
-                  f"{threads} thread(s) ...", flush=True)
+            what = ("2 independent 1-rank workers" if ranks == "pair"
+                    else f"{ranks} rank(s) x {threads} thread(s)")
+            print(f"[bench_training] repeat {rep + 1}/{opts.repeats} {prec}: {what} ...", flush=True)
             done[(prec, (ranks, threads))].append(run_config(ranks, threads, prec, opts))
     return [median_runs(reps) for reps in done.values()]
 
 
+def _ratio(num: dict, den: dict, factor: float = 1.0) -> float:
+    """Median over the interleaved repeats of showers/s of ``num`` / (factor x ``den``)."""
+    return statistics.median(a["showers_per_s"] / (factor * b["showers_per_s"])
+                             for a, b in zip(num["repeats"], den["repeats"]))
+
+
 def summarise(runs: list[dict]) -> dict:
-    """Scaling efficiency and share of the matmul ceiling, per precision."""
+    """Scaling efficiency, its factors and the share of the matmul ceiling, per precision."""
     out = {}
     for prec in sorted({r["precision"] for r in runs}):
         by = {(r["ranks"], r["threads"]): r for r in runs if r["precision"] == prec}
-        one, whole, two = by[(1, 1)], by[(1, 2)], by[(2, 1)]
+        one, whole, two, pair = by[(1, 1)], by[(1, 2)], by[(2, 1)], by[("pair", 1)]
         out[prec] = {
-            "scaling_efficiency": two["showers_per_s"] / (2 * one["showers_per_s"]),
-            "two_ranks_vs_one_process": two["showers_per_s"] / whole["showers_per_s"],
+            "scaling_efficiency": _ratio(two, one, 2.0),
+            "contention": _ratio(pair, one, 2.0),
+            "parallel_efficiency": _ratio(two, pair),
+            "scaling_efficiency_of_medians": two["showers_per_s"] / (2 * one["showers_per_s"]),
+            "two_ranks_vs_one_process": _ratio(two, whole),
             # CPU seconds per shower are blind to other users of the machine but not to the
             # extra work of data parallelism (all-reduce, busy polling, a second process).
             "cpu_efficiency": one["cpu_s_per_shower"] / two["cpu_s_per_shower"],
             "peak_gflop_s_1_thread": one["peak_gflop_s"],
             "peak_gflop_s_machine": max(whole["peak_gflop_s"], two["peak_gflop_s"]),
-            "fraction_of_peak": {f"{k[0]}x{k[1]}": r["gflop_per_s"] / r["peak_gflop_s"]
-                                 for k, r in by.items()},
+            "fraction_of_peak": {_key(r): r["gflop_per_s"] / r["peak_gflop_s"] for r in by.values()},
         }
     return out
+
+
+def _key(run: dict) -> str:
+    return "2x(1x1)" if run["ranks"] == "pair" else f"{run['ranks']}x{run['threads']}"
 
 
 def table(runs: list[dict], summary: dict) -> str:
     lines = [f"{'precision':9s} {'ranks x threads':>15s} {'s/step':>8s} {'showers/s':>10s} "
              f"{'GFLOP/s':>8s} {'of peak':>8s} {'CPU s/shower':>13s}"]
     for r in runs:
-        key = f"{r['ranks']}x{r['threads']}"
+        key = _key(r)
         frac = summary[r["precision"]]["fraction_of_peak"][key]
         lines.append(f"{r['precision']:9s} {key:>15s} {r['seconds_per_step']:8.3f} "
                      f"{r['showers_per_s']:10.2f} {r['gflop_per_s']:8.1f} {frac:8.1%} "
                      f"{r['cpu_s_per_shower']:13.3f}")
     for prec, s in summary.items():
         lines.append(f"{prec}: scaling efficiency 2 ranks {s['scaling_efficiency']:.1%} by wall "
-                     f"time, {s['cpu_efficiency']:.1%} by CPU time "
+                     f"time = node contention {s['contention']:.1%} (two independent workers) x "
+                     f"data-parallel efficiency {s['parallel_efficiency']:.1%}; "
+                     f"{s['cpu_efficiency']:.1%} by CPU time "
                      f"(2 ranks / one 2-thread process {s['two_ranks_vs_one_process']:.2f}); "
                      f"matmul ceiling {s['peak_gflop_s_1_thread']:.0f} GFLOP/s on 1 thread, "
                      f"{s['peak_gflop_s_machine']:.0f} on the machine")
@@ -169,8 +235,8 @@ def table(runs: list[dict], summary: dict) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--batch", type=int, default=16, help="per-rank batch (default 16)")
-    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--batch", type=int, default=8, help="per-rank batch (default 8, as quick)")
+    p.add_argument("--steps", type=int, default=6)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--repeats", type=int, default=3, help="interleaved launches per variant")
     p.add_argument("--precisions", nargs="+", choices=["float32", "bfloat16"],
