@@ -98,11 +98,7 @@ def worker(args: dict, out: str) -> None:
     # A worker is `threads` cores, at every count: mpirun gives a lone rank every core.
     probes.pin_threads(args["threads"])
     if args.get("core") is not None:  # MPI's singleton start may have widened it again
-        for task in Path("/proc/self/task").iterdir():
-            try:
-                os.sched_setaffinity(int(task.name), {args["core"]})
-            except OSError:  # a thread that ended meanwhile
-                pass
+        probes.pin_to({args["core"]})
     cfg = resolve("quick", {"train.batch_size": args["batch"], "train.precision": args["precision"]})
     result = measure_step_rate(cfg, steps=args["steps"], warmup=args["warmup"],
                                threads=args["threads"])

@@ -26,7 +26,7 @@ from pathlib import Path
 from . import distributed
 from .io import read_json, write_json
 
-__all__ = ["main", "pin_cores", "pin_threads", "scheduler_times", "time_allreduce",
+__all__ = ["main", "pin_cores", "pin_threads", "pin_to", "scheduler_times", "time_allreduce",
            "time_shared_compute"]
 
 
@@ -43,16 +43,20 @@ def pin_cores(threads: int) -> list[int]:
     allowed = sorted(os.sched_getaffinity(0))
     if len(allowed) > threads:
         local_rank, _ = runtime.local_rank_info()
-        chosen = {allowed[(local_rank * threads + i) % len(allowed)] for i in range(threads)}
-        # Every thread that exists already (library pools started at import), not only this one:
-        # an affinity belongs to a thread, and new threads inherit their creator's.
-        tids = [int(t.name) for t in Path("/proc/self/task").glob("*")] or [0]
-        for tid in tids:
-            try:
-                os.sched_setaffinity(tid, chosen)
-            except OSError:  # a thread that ended meanwhile
-                pass
+        pin_to({allowed[(local_rank * threads + i) % len(allowed)] for i in range(threads)})
     return sorted(os.sched_getaffinity(0))
+
+
+def pin_to(cores: set[int]) -> None:
+    """Restrict every thread of this process to ``cores``: those that exist already (library pools
+    started at import), not only the calling one, since an affinity belongs to a thread and new
+    threads inherit their creator's."""
+    tids = [int(t.name) for t in Path("/proc/self/task").glob("*")] or [0]
+    for tid in tids:
+        try:
+            os.sched_setaffinity(tid, cores)
+        except OSError:  # a thread that ended meanwhile
+            pass
 
 
 def pin_threads(threads: int) -> distributed.World:
