@@ -89,15 +89,13 @@ def probe_bf16(opts) -> dict:
 
 def worker(args: dict, out: str) -> None:
     """Runs in every rank: pin, time the step, then the matmul ceiling."""
-    if args.get("core") is not None:  # one of an independent pair: its own core, before any thread
-        os.sched_setaffinity(0, {args["core"]})
     from gan3d import probes
     from gan3d.config import resolve
     from gan3d.training import measure_step_rate
 
     # A worker is `threads` cores, at every count: mpirun gives a lone rank every core.
     probes.pin_threads(args["threads"])
-    if args.get("core") is not None:  # MPI's singleton start may have widened it again
+    if args.get("core") is not None:  # one of an independent pair: its own core
         probes.pin_to({args["core"]})
     cfg = resolve("quick", {"train.batch_size": args["batch"], "train.precision": args["precision"]})
     result = measure_step_rate(cfg, steps=args["steps"], warmup=args["warmup"],

@@ -93,12 +93,12 @@ def _tensor_ops(events: list[dict]) -> list[dict]:
 
 def _ordered_ops(events: list[dict], workers: int, op: str | None = None) -> list[dict]:
     """The per-tensor collectives every rank took part in, in time order (ties by name); only
-    those of kind ``op`` if given. ``name`` is the tensor's (a member of a grouped all-reduce
-    keeps its ``_<i>of<n>``); ``group`` drops that suffix."""
+    those of kind ``op`` if given. ``group`` is the tensor's name without the ``_<i>of<n>`` that
+    tells the members of a grouped all-reduce apart."""
     ops = [o for o in _tensor_ops(events) if len(o["ready"]) == workers and op in (None, o["op"])]
     for o in ops:
-        o["name"], o["group"] = o["tensor"], re.sub(r"_\d+of\d+$", "", o["tensor"])
-    return sorted(ops, key=lambda o: (o["start"], o["name"]))
+        o["group"] = re.sub(r"_\d+of\d+$", "", o["tensor"])
+    return sorted(ops, key=lambda o: (o["start"], o["tensor"]))
 
 
 def _fuse(ops: list[dict], workers: int) -> list[dict]:
@@ -139,7 +139,7 @@ def period(signatures: list[str], min_match: float = 0.9) -> int:
         agree = sum(signatures[i] == signatures[i + k] for i in range(m - k))
         if agree / (m - k) >= min_match:
             return k
-    raise TimelineError(f"no repeating step in {m} collectives; record more steps (>= 3)")
+    raise TimelineError(f"no repeating step in {m} tensors; record more steps (>= 3)")
 
 
 def _step_of_ops(names: list[str], k: int) -> list[int]:
@@ -200,7 +200,7 @@ def breakdown(events: list[dict], workers: int, *, last_steps: int | None = None
     colls = _fuse(ops, workers)
     if len(colls) < 4:
         raise TimelineError(f"only {len(colls)} complete collectives in the timeline")
-    names = [o["name"] for o in ops]
+    names = [o["tensor"] for o in ops]
     k = period(names)
     steps = _steps(colls, _step_of_ops(names, k), last_steps)
     us = 1e-6
