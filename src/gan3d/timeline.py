@@ -92,13 +92,13 @@ def _tensor_ops(events: list[dict]) -> list[dict]:
 
 
 def _ordered_ops(events: list[dict], workers: int, op: str | None = None) -> list[dict]:
-    """The per-tensor collectives every rank took part in, in time order (ties by name); only
+    """The per-tensor collectives every rank took part in, in order of start; only
     those of kind ``op`` if given. ``group`` is the tensor's name without the ``_<i>of<n>`` that
     tells the members of a grouped all-reduce apart."""
     ops = [o for o in _tensor_ops(events) if len(o["ready"]) == workers and op in (None, o["op"])]
     for o in ops:
         o["group"] = re.sub(r"_\d+of\d+$", "", o["tensor"])
-    return sorted(ops, key=lambda o: (o["start"], o["tensor"]))
+    return sorted(ops, key=lambda o: o["start"])
 
 
 def _fuse(ops: list[dict], workers: int) -> list[dict]:
@@ -170,11 +170,11 @@ def _step_of_ops(names: list[str], k: int) -> list[int]:
 
 def _steps(colls: list[dict], step_of_op: list[int], last_steps: int | None) -> list[list[int]]:
     """Indices of the collectives of each complete step, oldest first (the last ``last_steps``).
-    A collective belongs to the step of its last tensor; the first complete step only marks where
-    the second begins (a step is measured from the end of the previous one)."""
+    A collective belongs to the latest step among its tensors; the first complete step only marks
+    where the second begins (a step is measured from the end of the previous one)."""
     by_step: dict[int, list[int]] = {}
     for ci, c in enumerate(colls):
-        s = step_of_op[max(c["members"])]
+        s = max(step_of_op[i] for i in c["members"])
         if s >= 0:
             by_step.setdefault(s, []).append(ci)
     steps = [idx for s, idx in sorted(by_step.items()) if s - 1 in by_step and idx[0] > 0]
@@ -200,9 +200,15 @@ def breakdown(events: list[dict], workers: int, *, last_steps: int | None = None
     colls = _fuse(ops, workers)
     if len(colls) < 4:
         raise TimelineError(f"only {len(colls)} complete collectives in the timeline")
-    names = [o["tensor"] for o in ops]
+    # The tensors in a canonical order: collective by collective, by name within one (the members
+    # of a fused or grouped collective start microseconds apart, in an order that varies).
+    order = [i for c in colls for i in sorted(c["members"], key=lambda i: ops[i]["tensor"])]
+    names = [ops[i]["tensor"] for i in order]
     k = period(names)
-    steps = _steps(colls, _step_of_ops(names, k), last_steps)
+    step_of_op = [-1] * len(ops)
+    for i, s in zip(order, _step_of_ops(names, k)):
+        step_of_op[i] = s
+    steps = _steps(colls, step_of_op, last_steps)
     us = 1e-6
     per_step = []
     for idx in steps:
