@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import argparse
 
-from gan3d.scaling import BENCH_SIZES, allreduce_benchmark
+from gan3d.scaling.experiments import BENCH_SIZES, allreduce_benchmark
 
 
 def table(res: dict) -> str:

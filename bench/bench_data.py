@@ -2,13 +2,13 @@
 
 Measures, in one run so that the ratios share the machine's state:
 
-* generator throughput, ``gan3d.showers.generate`` in 1 process and in 2 processes at once
+* generator throughput, ``gan3d.data.showers.generate`` in 1 process and in 2 processes at once
   (showers/s, medians of interleaved repeats), its CPU cost, and the floor set by drawing one
   random number per cell (the exact Poisson sampler's irreducible work);
 * ``gan3d data generate`` end to end (generation, gzip, checksums, all cores);
 * the input pipeline's delivery rate through tf.data incl. preprocessing, with the shard in
   memory and streamed from the files, against the raw read (decompression) rate;
-* the training step's consumption (``gan3d.training.measure_step_rate``, one process), and the
+* the training step's consumption (``gan3d.gan.training.measure_step_rate``, one process), and the
   ratio delivery / consumption (target >= 10)::
 
     python bench/bench_data.py                         # results/bench/data.json
@@ -27,7 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
-from gan3d import datasets, runtime, showers
+from gan3d import runtime
+from gan3d.data import files, sharding, showers
+from gan3d.data.generate import generate_dataset
 from gan3d.config import resolve
 from gan3d.io import provenance, write_json
 
@@ -86,20 +88,20 @@ def _epoch_rate(shard, epoch: int) -> float:
     return count / (time.perf_counter() - t0)
 
 
-def pipeline_rates(files: list[Path], batch: int, repeats: int) -> dict:
+def pipeline_rates(paths: list[Path], batch: int, repeats: int) -> dict:
     """Delivery rates (showers/s) of the tf.data pipeline, in memory and streamed."""
     t0 = time.perf_counter()
     total = 0
-    for path in files:
-        ecal, _ = datasets.read_showers(path)
+    for path in paths:
+        ecal, _ = files.read_showers(path)
         total += len(ecal)
     read = total / (time.perf_counter() - t0)
-    memory = datasets.ShardedShowers(files[:1], 0, 1, batch, seed=0, max_batches=1)
+    memory = sharding.ShardedShowers(paths[:1], 0, 1, batch, seed=0, max_batches=1)
     _epoch_rate(memory, 0)  # TensorFlow's import and tf.data's start-up are not part of a rate
-    memory = datasets.ShardedShowers(files, 0, 1, batch, seed=0)
+    memory = sharding.ShardedShowers(paths, 0, 1, batch, seed=0)
     first = _epoch_rate(memory, 0)  # includes loading the shard
     steady = statistics.median(_epoch_rate(memory, e) for e in range(1, repeats + 1))
-    stream = datasets.ShardedShowers(files, 0, 1, batch, seed=0, memory_limit=0)
+    stream = sharding.ShardedShowers(paths, 0, 1, batch, seed=0, memory_limit=0)
     streamed = statistics.median(_epoch_rate(stream, e) for e in range(repeats))
     src, dst = np.ones((4096, 25**3), np.float32), np.empty((4096, 25**3), np.float32)
     dst.fill(0.0)  # touch every page first (np.zeros would map them lazily)
@@ -114,14 +116,14 @@ def pipeline_rates(files: list[Path], batch: int, repeats: int) -> dict:
 def step_consumption(profile: str, batch: int | None) -> dict | None:
     """The training step's showers/s in one process, or None if it cannot be measured here."""
     try:
-        from gan3d.training import measure_step_rate
+        from gan3d.gan.training import measure_step_rate
     except ImportError as exc:
         print(f"training step not measured: {exc}")
         return None
     cfg = resolve(profile, {"train.batch_size": batch} if batch else {})
     res = measure_step_rate(cfg, steps=3, warmup=1)
     rate = res["showers_per_s"] if isinstance(res, dict) else float(res)
-    return {"showers_per_s": rate, "source": "gan3d.training.measure_step_rate",
+    return {"showers_per_s": rate, "source": "gan3d.gan.training.measure_step_rate",
             "details": res if isinstance(res, dict) else None}
 
 
@@ -176,10 +178,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         cfg = resolve("quick", {"data.path": tmp, "data.n_showers": args.showers,
                                 "data.n_files": args.files}).data
-        made = showers.generate_dataset(cfg, progress=False)
+        made = generate_dataset(cfg, progress=False)
         res["write"] = {"showers_per_s": made["showers_per_s"], "seconds": made["seconds"],
                         "bytes": sum(f["bytes"] for f in made["files"])}
-        res["pipeline"] = pipeline_rates(datasets.list_files(tmp), args.batch_size, args.repeats)
+        res["pipeline"] = pipeline_rates(files.list_files(tmp), args.batch_size, args.repeats)
     res["consumption"] = None if args.no_step else step_consumption(args.profile, args.step_batch)
     if res["consumption"]:
         rate = res["consumption"]["showers_per_s"]

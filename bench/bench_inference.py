@@ -4,11 +4,12 @@ Measures, in one run so that the ratios share the machine's state:
 
 * GAN inference (``predict_on_batch``, compiled) at several batch sizes in float32 and in
   bfloat16 (Keras ``mixed_bfloat16``), medians of repeats after a warm-up call;
-* the synthetic generator (``gan3d.showers.generate``, NumPy) on the same machine;
+* the synthetic generator (``gan3d.data.showers.generate``, NumPy) on the same machine;
 * the ceiling: a 2048 x 2048 matrix product in float32 and bfloat16 with the same threads, so
   that each GAN speed is also given as achieved GFLOP/s and as a fraction of that ceiling
-  (the generator's forward FLOPs are counted exactly by ``gan3d.model.forward_flops``);
-* Geant4 only as an estimate from a published ratio (see ``gan3d.validation.PUBLISHED_SPEED``).
+  (the generator's forward FLOPs are counted exactly by ``gan3d.gan.model.forward_flops``);
+* Geant4 only as an estimate from a published ratio
+  (see ``gan3d.validation.speed.PUBLISHED_SPEED``).
 
 Writes ``results/bench/inference.json``, which notebook 04 reads::
 
@@ -56,13 +57,13 @@ def main(argv=None) -> dict:
 
     runtime.apply_process_defaults()
     threads = runtime.configure_tensorflow_threads(args.threads)  # before any TF op runs
-    from gan3d import model, validation
+    from gan3d.gan import model
+    from gan3d.validation.speed import inference_speed
 
     generator = model.build_generator()
     flops = model.forward_flops(generator)
-    speed = validation.inference_speed(generator, args.batch_sizes, args.precisions,
-                                       args.min_showers, args.max_seconds, args.repeats,
-                                       progress=True)
+    speed = inference_speed(generator, args.batch_sizes, args.precisions, args.min_showers,
+                            args.max_seconds, args.repeats, progress=True)
     ceilings = {p: matmul_ceiling(p) for p in args.precisions}
     for row in speed["rows"]:
         if row["source"] == "GAN":

@@ -1,7 +1,7 @@
 """Training benchmark: showers/s of the full 3DGAN step on 1 and 2 MPI ranks, and how close to
 the machine's arithmetic ceiling it runs.
 
-Every configuration is launched through the package (``gan3d.distributed.launch``: the package's
+Every configuration is launched through the package (``gan3d.parallel.launch.launch``: the package's
 mpirun binding, MPI yielding, Horovod cycle time, threads = cores / ranks), so the numbers are
 what a user gets without tuning anything by hand. Measured in one run, for float32 and (where
 the CPU has bfloat16 arithmetic; else a short probe says why not) bfloat16:
@@ -25,7 +25,7 @@ all-reduce). Ratios are taken within each interleaved repeat, then the median. T
 efficiency = CPU seconds per shower of 1 rank x 1 thread / those of 2 ranks (all their threads,
 MPI and Horovod included) is blind to other users of the machine and still catches what data
 parallelism costs in work (all-reduce, busy polling). Achieved GFLOP/s use
-``gan3d.model.step_flops`` (needed arithmetic; frozen-D weight gradients not counted). The
+``gan3d.gan.model.step_flops`` (needed arithmetic; frozen-D weight gradients not counted). The
 machine may be shared: each number is the median of ``--steps`` timed steps after ``--warmup``,
 then the median over ``--repeats`` launches interleaved across the variants; compare ratios
 within one run::
@@ -89,9 +89,9 @@ def probe_bf16(opts) -> dict:
 
 def worker(args: dict, out: str) -> None:
     """Runs in every rank: pin, time the step, then the matmul ceiling."""
-    from gan3d import probes
     from gan3d.config import resolve
-    from gan3d.training import measure_step_rate
+    from gan3d.gan.training import measure_step_rate
+    from gan3d.scaling import probes
 
     # A worker is `threads` cores, at every count: mpirun gives a lone rank every core.
     probes.pin_threads(args["threads"])
@@ -127,7 +127,7 @@ def run_pair(args: dict) -> list[dict]:
 
 def run_config(ranks: int, threads: int, precision: str, opts) -> dict:
     """Launch one configuration through the package; the ranks' results, merged."""
-    from gan3d import distributed
+    from gan3d.parallel.launch import launch
 
     args = {"batch": opts.batch, "precision": precision, "steps": opts.steps,
             "warmup": opts.warmup, "threads": threads}
@@ -135,7 +135,7 @@ def run_config(ranks: int, threads: int, precision: str, opts) -> dict:
         per_rank = run_pair(args)
     else:
         with tempfile.TemporaryDirectory() as tmp:
-            distributed.launch(ranks, [sys.executable, __file__, "--worker", json.dumps(args), tmp],
+            launch(ranks, [sys.executable, __file__, "--worker", json.dumps(args), tmp],
                                timeout=1800, stream=False)
             per_rank = [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(ranks)]
     if ranks == "pair":  # independent: each at its own pace
@@ -239,12 +239,12 @@ def main(argv=None) -> int:
     p.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
     opts = p.parse_args(argv)
     if opts.worker:
-        from gan3d.distributed import guard
+        from gan3d.parallel.launch import guard
 
         guard(worker, json.loads(opts.worker[0]), opts.worker[1])
         return 0
     from gan3d.io import provenance, write_json
-    from gan3d.model import step_flops
+    from gan3d.gan.model import step_flops
     from gan3d.paths import resolve_path
 
     bf16 = cpu_has_bf16()

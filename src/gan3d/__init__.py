@@ -1,17 +1,21 @@
 """gan3d: distributed Horovod training of 3DGAN, the CERN calorimeter-shower GAN, reproduced.
 
-Modules, one concept each:
+The package in rooms (the README has one line per module and a picture of how data flows):
 
-* :mod:`gan3d.config` - frozen dataclass configuration, profiles ``quick`` and ``paper``
-* :mod:`gan3d.runtime` - MPI/thread settings that multi-process runs on one machine need
-* :mod:`gan3d.distributed` - every Horovod/MPI call, launchers (mpirun, ipyparallel engines)
-* :mod:`gan3d.showers` - synthetic electron showers (GFLASH parametrisation)
-* :mod:`gan3d.datasets` - HDF5 files in the CLIC schema, input pipeline
-* :mod:`gan3d.model` - the 3DGAN generator and discriminator (Keras 3)
-* :mod:`gan3d.training` - the Horovod data-parallel training loop
-* :mod:`gan3d.scaling` - scaling experiments and performance models
-* :mod:`gan3d.physics`, :mod:`gan3d.metrics` - shower features and validation metrics
-* :mod:`gan3d.plots` - figures; :mod:`gan3d.pipeline` - the papermill figure pipeline
+* top level - :mod:`~gan3d.cli` (the ``gan3d`` command), :mod:`~gan3d.config` (settings and
+  profiles), :mod:`~gan3d.exceptions`, :mod:`~gan3d.io` (atomic writes, provenance),
+  :mod:`~gan3d.paths`, :mod:`~gan3d.runtime` (process settings for MPI and TensorFlow),
+  :mod:`~gan3d.console` (logging and progress bars), :mod:`~gan3d.doctor`,
+  :mod:`~gan3d.pipeline` (the papermill figure pipeline);
+* :mod:`gan3d.parallel` - Horovod/MPI collectives, mpirun launches, ipyparallel MPI engines;
+* :mod:`gan3d.data` - the calorimeter, synthetic showers, HDF5 files, the sharded input pipeline;
+* :mod:`gan3d.gan` - the 3DGAN networks, the training step, ``train(config)``, checkpoints, history;
+* :mod:`gan3d.scaling` - scaling experiments, timelines, the performance model, the paper's numbers;
+* :mod:`gan3d.validation` - shower features, metrics, the physics validation, inference speed;
+* :mod:`gan3d.plots` - every figure, in one style.
+
+Import paths of gan3d 0.1 (``gan3d.training``, ``gan3d.datasets``, ...) still work for now, with a
+warning naming the new one (:mod:`gan3d._compat`).
 """
 
 import os as _os
@@ -19,5 +23,9 @@ import os as _os
 # Read by TensorFlow once, at import: set before any submodule can import it (see runtime.py).
 _os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 
-__version__ = "0.1.0"
+from . import _compat  # noqa: E402 - after the environment variable above
+
+_compat.install()
+
+__version__ = "0.2.0"
 __all__ = ["__version__"]

@@ -20,11 +20,15 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 from typing import Sequence
 
 from . import __version__
 from .config import PROFILES, parse_overrides, resolve
 from .exceptions import Gan3dError
+from .parallel.launch import guard, in_mpi_job, launch
+from .paths import repo_root
+from .runtime import apply_process_defaults
 
 __all__ = ["main", "build_parser"]
 
@@ -47,9 +51,22 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"gan3d {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-
     sub.add_parser("doctor", help="check the environment and say how to fix what is missing")
+    _data_parser(sub)
+    _train_parser(sub)
+    _scale_parser(sub)
+    _validate_parser(sub)
+    rep = sub.add_parser("reproduce", help="run every notebook and regenerate every figure")
+    _add_config_args(rep)
+    rep.add_argument("--force", action="store_true", help="redo every step, even if up to date")
+    rep.add_argument("--only", action="append", default=None, metavar="NOTEBOOK",
+                     help="run only these notebooks (name or number, repeatable)")
+    sub.add_parser("lab", help="open JupyterLab on notebooks/ with the gan3d kernel "
+                   "(further options are passed to JupyterLab)")
+    return parser
 
+
+def _data_parser(sub) -> None:
     data = sub.add_parser("data", help="make or check shower files")
     dsub = data.add_subparsers(dest="data_command", required=True)
     gen = dsub.add_parser("generate", help="write synthetic showers in the CLIC HDF5 schema")
@@ -62,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     chk = dsub.add_parser("check", help="validate every shower file in a folder")
     chk.add_argument("folder")
 
+
+def _train_parser(sub) -> None:
     train = sub.add_parser("train", help="train 3DGAN (data parallel with Horovod)")
     _add_config_args(train)
     train.add_argument("--workers", type=int, help="MPI ranks to launch on this machine "
@@ -70,12 +89,16 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--output", help="train.output folder")
     train.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
 
+
+def _scale_parser(sub) -> None:
     scale = sub.add_parser("scale", help="time training for several worker counts")
     _add_config_args(scale)
     scale.add_argument("--workers", help="comma-separated worker counts, e.g. 1,2,4")
     scale.add_argument("--mode", choices=("weak", "strong"))
     scale.add_argument("--output", help="scale.output folder")
 
+
+def _validate_parser(sub) -> None:
     val = sub.add_parser("validate", help="compare trained generators with reference showers")
     _add_config_args(val)
     val.add_argument("checkpoints", nargs="+", help="training output folders (with generator.keras)")
@@ -83,34 +106,17 @@ def build_parser() -> argparse.ArgumentParser:
     val.add_argument("--no-low-level", action="store_true", help="skip the voxel-level classifier")
     val.add_argument("--output", help="validation.output folder")
 
-    rep = sub.add_parser("reproduce", help="run every notebook and regenerate every figure")
-    _add_config_args(rep)
-    rep.add_argument("--force", action="store_true", help="redo every step, even if up to date")
-    rep.add_argument("--only", action="append", default=None, metavar="NOTEBOOK",
-                     help="run only these notebooks (name or number, repeatable)")
-
-    sub.add_parser("lab", help="open JupyterLab on notebooks/ with the gan3d kernel "
-                   "(further options are passed to JupyterLab)")
-    return parser
-
-
-def _in_mpi_job() -> bool:
-    return any(k in os.environ for k in ("OMPI_COMM_WORLD_SIZE", "HOROVOD_SIZE", "PMI_SIZE"))
-
 
 def _cmd_train(args: argparse.Namespace) -> int:
     cfg = _config(args, **{"train.workers": args.workers, "train.epochs": args.epochs,
                            "train.output": args.output})
-    if cfg.train.workers > 1 and not _in_mpi_job():
-        from .distributed import launch
-
+    if cfg.train.workers > 1 and not in_mpi_job():
         argv = [sys.executable, "-m", "gan3d", *sys.argv[1:]]
         launch(cfg.train.workers, argv)
         return 0
-    from .distributed import guard
-    from .training import train
+    from .gan.training import train  # imports TensorFlow: only in the processes that train
 
-    if _in_mpi_job():  # one rank of a job: any error ends the whole job at once
+    if in_mpi_job():  # one rank of a job: any error ends the whole job at once
         guard(train, cfg, resume=args.resume)
     else:
         train(cfg, resume=args.resume)
@@ -118,7 +124,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_scale(args: argparse.Namespace) -> int:
-    from .scaling import run
+    from .scaling.experiments import run
 
     workers = None
     if args.workers:
@@ -131,9 +137,7 @@ def _cmd_scale(args: argparse.Namespace) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from .validation import metrics_table, validate
+    from .validation.study import metrics_table, validate
 
     labels = args.labels.split(",") if args.labels else [Path(c).name for c in args.checkpoints]
     result = validate(args.checkpoints, labels, _config(args, **{"validation.output": args.output}),
@@ -144,14 +148,14 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 def _cmd_data(args: argparse.Namespace) -> int:
     if args.data_command == "check":
-        from .datasets import check_files
+        from .data.files import check_files
 
         problems = check_files(args.folder)
         for p in problems:
             print(f"problem: {p}")
         print(f"{len(problems)} problem(s) found in {args.folder}")
         return 1 if problems else 0
-    from .showers import generate_dataset
+    from .data.generate import generate_dataset
 
     cfg = _config(args, **{"data.n_showers": args.n_showers, "data.n_files": args.files,
                            "data.seed": args.seed, "data.path": args.output})
@@ -168,9 +172,6 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
 
 
 def _cmd_lab(args: argparse.Namespace) -> int:
-    from .paths import repo_root
-    from .runtime import apply_process_defaults
-
     apply_process_defaults()
     os.execv(sys.executable, [sys.executable, "-m", "jupyterlab", "--notebook-dir",
                               str(repo_root() / "notebooks"),
@@ -195,8 +196,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if extra and args.command != "lab":
         parser.error("unrecognized arguments: " + " ".join(extra))
     args.lab_args = extra
-    from .runtime import apply_process_defaults
-
     apply_process_defaults()  # before TensorFlow is imported: quiet logs, oneDNN, MPI settings
     try:
         return COMMANDS[args.command](args)

@@ -35,6 +35,7 @@ __all__ = [
     "parse_overrides",
     "to_dict",
     "from_dict",
+    "flatten",
 ]
 
 PROFILES = ("quick", "paper")
@@ -249,15 +250,16 @@ def _load_profile(name: str) -> dict[str, Any]:
         raise ConfigError(f"unknown profile {name!r}; choose one of {', '.join(PROFILES)}")
     text = resources.files("gan3d").joinpath("profiles", f"{name}.yaml").read_text()
     data = yaml.safe_load(text) or {}
-    return _flatten(data)
+    return flatten(data)
 
 
-def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"train": {"epochs": 3}}`` -> ``{"train.epochs": 3}`` (the dotted keys of overrides)."""
     flat: dict[str, Any] = {}
     for k, v in tree.items():
         key = f"{prefix}{k}"
         if isinstance(v, Mapping):
-            flat.update(_flatten(v, key + "."))
+            flat.update(flatten(v, key + "."))
         else:
             flat[key] = v
     return flat
@@ -292,5 +294,5 @@ def to_dict(cfg: Config) -> dict[str, Any]:
 def from_dict(data: Mapping[str, Any]) -> Config:
     """Rebuild a configuration recorded by :func:`to_dict` (e.g. from a checkpoint)."""
     profile = data.get("profile", "quick")
-    flat = _flatten({k: v for k, v in data.items() if k != "profile"})
+    flat = flatten({k: v for k, v in data.items() if k != "profile"})
     return _apply(Config(profile=profile), flat)

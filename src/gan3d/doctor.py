@@ -10,7 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
+
 from . import __version__, runtime
+from .parallel import distributed
 
 __all__ = ["collect", "report"]
 
@@ -37,28 +40,6 @@ def _loaded_libmpi() -> list[str]:
     return sorted(paths)
 
 
-def _horovod() -> dict:
-    try:
-        import horovod.tensorflow as hvd
-    except Exception as exc:  # noqa: BLE001
-        return {"error": f"{type(exc).__name__}: {exc}"}
-    return {"version": importlib.import_module("horovod").__version__,
-            "tensorflow": True, "mpi": bool(hvd.mpi_built()), "gloo": bool(hvd.gloo_built())}
-
-
-def _mpi4py() -> dict:
-    try:
-        import mpi4py
-
-        mpi4py.rc.initialize = False  # only ask for the library, do not start MPI
-        mpi4py.rc.finalize = False
-        from mpi4py import MPI
-    except Exception as exc:  # noqa: BLE001
-        return {"error": f"{type(exc).__name__}: {exc}"}
-    return {"version": mpi4py.__version__,
-            "library": MPI.Get_library_version().strip().splitlines()[0]}
-
-
 def _mpirun() -> dict:
     path = shutil.which("mpirun", path=str(runtime.env_bin())) or shutil.which("mpirun")
     if not path:
@@ -83,24 +64,20 @@ def _kernel() -> dict:
 
 
 def _memory_gib() -> float | None:
-    try:
-        import psutil
-
-        return psutil.virtual_memory().total / 2**30
-    except ImportError:  # pragma: no cover
-        return None
+    return psutil.virtual_memory().total / 2**30
 
 
 def collect() -> tuple[dict, list[str]]:
     """Everything doctor reports, and the list of problems (each with its fix)."""
     runtime.apply_process_defaults()
+    built = distributed.versions()  # Horovod's and mpi4py's builds, asked of gan3d.parallel
     info = {
         "gan3d": __version__,
         "python": f"{platform.python_version()} ({sys.executable})",
         "tensorflow": _version("tensorflow"),
         "keras": _version("keras"),
-        "horovod": _horovod(),
-        "mpi4py": _mpi4py(),
+        "horovod": built["horovod"],
+        "mpi4py": built["mpi4py"],
         "mpirun": _mpirun(),
         "ipyparallel": _version("ipyparallel"),
         "papermill": _version("papermill"),
@@ -112,6 +89,11 @@ def collect() -> tuple[dict, list[str]]:
         "libmpi loaded": _loaded_libmpi(),
         "process settings": {k: os.environ.get(k) for k in runtime.PROCESS_DEFAULTS},
     }
+    return info, _problems(info)
+
+
+def _problems(info: dict) -> list[str]:
+    """One line per problem in ``info``, each saying how to fix it."""
     problems = []
     if sys.version_info[:2] != (3, 11):
         problems.append(f"Python {platform.python_version()}: gan3d is pinned to 3.11; {FIX_ENV}")
@@ -121,14 +103,11 @@ def collect() -> tuple[dict, list[str]]:
     hvd = info["horovod"]
     if "error" in hvd:
         problems.append(f"Horovod is not importable ({hvd['error']}); {FIX_ENV}")
-    else:
-        missing = [k for k in ("mpi", "gloo") if not hvd[k]]
-        if missing:
-            problems.append(f"Horovod was built without {', '.join(missing).upper()}; {FIX_ENV}")
-    if "error" in info["mpi4py"]:
-        problems.append(f"mpi4py cannot load MPI ({info['mpi4py']['error']}); {FIX_ENV}")
-    if "error" in info["mpirun"]:
-        problems.append(f"mpirun: {info['mpirun']['error']}; {FIX_ENV}")
+    elif missing := [k for k in ("mpi", "gloo") if not hvd[k]]:
+        problems.append(f"Horovod was built without {', '.join(missing).upper()}; {FIX_ENV}")
+    for key, what in (("mpi4py", "mpi4py cannot load MPI"), ("mpirun", "mpirun")):
+        if "error" in info[key]:
+            problems.append(f"{what} ({info[key]['error']}); {FIX_ENV}")
     if len(info["libmpi loaded"]) > 1:
         problems.append("two different MPI libraries are loaded ("
                         + ", ".join(info["libmpi loaded"]) + "): remove the system MPI from "
@@ -140,7 +119,7 @@ def collect() -> tuple[dict, list[str]]:
     elif not kern["matches"]:
         problems.append(f"the kernel 'gan3d' runs {kern['python']}, not this environment's "
                         f"Python; {FIX_ENV}")
-    return info, problems
+    return problems
 
 
 def _fmt(value) -> str:

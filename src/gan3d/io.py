@@ -13,11 +13,17 @@ import json
 import os
 import platform
 import subprocess
+import sys
 import tempfile
+from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterator
 
+import numpy as np
+
+from . import __version__
 from .exceptions import OutputNotWritable
+from .runtime import cpu_count
 
 __all__ = ["atomic_path", "write_json", "read_json", "ensure_dir", "provenance", "git_commit"]
 
@@ -63,15 +69,10 @@ def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[
 
 
 def _default(obj: Any) -> Any:
-    try:
-        import numpy as np
-
-        if isinstance(obj, np.generic):
-            return obj.item()
-        if isinstance(obj, np.ndarray):
-            return obj.tolist()
-    except ImportError:  # pragma: no cover
-        pass
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
     if isinstance(obj, Path):
         return str(obj)
     if isinstance(obj, (set, tuple)):
@@ -105,9 +106,6 @@ def git_commit(cwd: str | os.PathLike | None = None) -> str | None:
 
 def _version(module: str) -> str | None:
     """Version of ``module`` without importing it (importing TensorFlow takes ~15 s)."""
-    import sys
-    from importlib import metadata
-
     if module in sys.modules:
         return getattr(sys.modules[module], "__version__", "?")
     for dist in (module, f"{module}-cpu"):  # tensorflow ships as tensorflow-cpu here
@@ -120,9 +118,6 @@ def _version(module: str) -> str | None:
 
 def provenance(extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """Who made a result: package version, commit, machine, time (UTC), key library versions."""
-    from . import __version__
-    from .runtime import cpu_count
-
     versions = {}
     for name in ("numpy", "h5py", "tensorflow", "keras", "horovod", "mpi4py", "matplotlib"):
         version = _version(name)

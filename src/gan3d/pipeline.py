@@ -28,10 +28,14 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from . import console
 from .config import Config, resolve, to_dict
 from .exceptions import ConfigError, NotebookFailed
-from .io import ensure_dir, git_commit, provenance, read_json, write_json
+from .io import atomic_path, ensure_dir, git_commit, provenance, read_json, write_json
 from .paths import repo_root
+from .runtime import apply_process_defaults
+
+log = console.get_logger(__name__)
 
 __all__ = ["STEPS", "Step", "run_notebook", "reproduce", "step_parameters", "PipelineSummary"]
 
@@ -91,10 +95,8 @@ def run_notebook(source: str | Path, output: str | Path, parameters: Mapping[str
     names the notebook, the cell number and the exception. ``progress`` may be a label for a
     progress bar (cell i of n, elapsed time).
     """
-    import papermill as pm
+    import papermill as pm  # imported when a notebook runs: it loads Jupyter's machinery
     from papermill.exceptions import PapermillExecutionError
-
-    from .runtime import apply_process_defaults
 
     apply_process_defaults()  # kernels and MPI engines inherit PATH and the Open MPI settings
     os.environ.setdefault("IPP_NONINTERACTIVE", "1")
@@ -223,57 +225,76 @@ def reproduce(profile: str = "quick", overrides: Mapping[str, Any] | None = None
     overrides = dict(overrides or {})
     cfg = resolve(profile, overrides)
     root = repo_root()
-    nb_dir = Path(notebooks_dir or root / "notebooks")
-    results = ensure_dir(Path(results_dir or root / cfg.pipeline.results))
-    figures = ensure_dir(Path(figures_dir or root / cfg.pipeline.figures))
-    state_path = results / "pipeline" / "state.json"
-    state = read_json(state_path) if state_path.is_file() else {}
+    run = _Run(cfg, Path(notebooks_dir or root / "notebooks"),
+               ensure_dir(Path(results_dir or root / cfg.pipeline.results)),
+               ensure_dir(Path(figures_dir or root / cfg.pipeline.figures)), force)
     code, previous, t_start = _code_hash(), "", time.monotonic()
     records: list[StepRecord] = []
     selected = _select(only)
-    say = print if verbose else (lambda *a, **k: None)
     for i, step in enumerate(STEPS):
-        staging = results / step.name / "figures_staging"
-        params = step_parameters(step, cfg, overrides, results, staging)
-        key = _key(nb_dir / step.notebook, params, code, previous)
-        previous = key
-        if step not in selected:
-            continue
-        executed = results / "notebooks" / step.notebook
-        old = state.get(step.notebook, {})
-        if (not force and old.get("key") == key and executed.is_file()
-                and all((figures / f).is_file() for f in old.get("figures", []))):
-            say(f"[{i + 1}/{len(STEPS)}] {step.notebook}: up to date, skipped")
-            records.append(StepRecord(step.notebook, "skipped", 0.0, old.get("figures", []), key))
-            continue
-        say(f"[{i + 1}/{len(STEPS)}] {step.notebook}: running")
-        if staging.exists():
-            shutil.rmtree(staging)
+        staging = run.results / step.name / "figures_staging"
+        params = step_parameters(step, cfg, overrides, run.results, staging)
+        key = previous = _key(run.notebooks / step.notebook, params, code, previous)
+        if step in selected:
+            records.append(run.step(f"[{i + 1}/{len(STEPS)}]", step, params, key, staging))
+            if records[-1].status == "failed":
+                break
+    done = {r.notebook for r in records}
+    records += [StepRecord(s.notebook, "not run") for s in selected if s.notebook not in done]
+    summary = PipelineSummary(records, run.figures, time.monotonic() - t_start)
+    _write_provenance(run.results, cfg, summary)
+    _write_index(run.figures, run.state)
+    if verbose:
+        print(summary.table())
+    return summary
+
+
+@dataclasses.dataclass
+class _Run:
+    """The folders and saved state of one :func:`reproduce` call; :meth:`step` runs one notebook."""
+
+    cfg: Config
+    notebooks: Path
+    results: Path
+    figures: Path
+    force: bool
+
+    def __post_init__(self):
+        self.state_path = self.results / "pipeline" / "state.json"
+        self.state = read_json(self.state_path) if self.state_path.is_file() else {}
+
+    def up_to_date(self, step: Step, key: str) -> bool:
+        old = self.state.get(step.notebook, {})
+        return (not self.force and old.get("key") == key
+                and (self.results / "notebooks" / step.notebook).is_file()
+                and all((self.figures / f).is_file() for f in old.get("figures", [])))
+
+    def step(self, where: str, step: Step, params: dict, key: str, staging: Path) -> StepRecord:
+        """Skip ``step`` if up to date, else run it and publish its figures; its record."""
+        if self.up_to_date(step, key):
+            log.info("%s %s: up to date, skipped", where, step.notebook)
+            return StepRecord(step.notebook, "skipped", 0.0,
+                              self.state[step.notebook].get("figures", []), key)
+        log.info("%s %s: running", where, step.notebook)
+        shutil.rmtree(staging, ignore_errors=True)
         ensure_dir(staging)
         t0 = time.monotonic()
         try:
-            run_notebook(nb_dir / step.notebook, executed, params, cwd=root,
-                         kernel=cfg.pipeline.kernel, timeout=cfg.pipeline.cell_timeout,
+            run_notebook(self.notebooks / step.notebook, self.results / "notebooks" / step.notebook,
+                         params, cwd=repo_root(), kernel=self.cfg.pipeline.kernel,
+                         timeout=self.cfg.pipeline.cell_timeout,
                          progress=step.notebook.split(".")[0])
         except NotebookFailed as exc:
-            records.append(StepRecord(step.notebook, "failed", time.monotonic() - t0, [], key, str(exc)))
-            say(f"error: {exc}\nfigures in {figures} were left as they were.")
-            state.pop(step.notebook, None)
-            write_json(state_path, state)
-            break
-        names = _publish(staging, figures)
+            log.error("%s; figures in %s were left as they were", exc, self.figures)
+            self.state.pop(step.notebook, None)
+            write_json(self.state_path, self.state)
+            return StepRecord(step.notebook, "failed", time.monotonic() - t0, [], key, str(exc))
+        names = _publish(staging, self.figures)
         rec = StepRecord(step.notebook, "ran", time.monotonic() - t0, names, key)
-        records.append(rec)
-        state[step.notebook] = {"key": key, "figures": names, "seconds": rec.seconds,
-                                "parameters": params, "finished_utc": _now()}
-        write_json(state_path, state)
-    done = {r.notebook for r in records}
-    records += [StepRecord(s.notebook, "not run") for s in selected if s.notebook not in done]
-    summary = PipelineSummary(records, figures, time.monotonic() - t_start)
-    _write_provenance(results, cfg, summary)
-    _write_index(figures, state)
-    say("\n" + summary.table())
-    return summary
+        self.state[step.notebook] = {"key": key, "figures": names, "seconds": rec.seconds,
+                                     "parameters": params, "finished_utc": _now()}
+        write_json(self.state_path, self.state)
+        return rec
 
 
 def _now() -> str:
@@ -320,7 +341,5 @@ def _write_index(figures: Path, state: Mapping[str, Any]) -> None:
             lines.append(f"| [{name}]({name}) | {_paper_figure(name)} | {step.notebook} | "
                          f"{ptext} | {entry['finished_utc']} |")
     lines += ["", f"Code: commit `{commit}`."]
-    from .io import atomic_path
-
     with atomic_path(figures / "README.md") as tmp:
         tmp.write_text("\n".join(lines) + "\n")

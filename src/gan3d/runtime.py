@@ -7,7 +7,8 @@ threads as there are cores. Measured on 2 cores (3DGAN step, 2 ranks): plain ``m
 
 * ``OMPI_MCA_mpi_yield_when_idle=1``: MPI yields the core while it waits instead of spinning;
 * ``HOROVOD_CYCLE_TIME=5`` (ms): Horovod's coordination thread wakes less often;
-* TensorFlow intra-op threads = cores / local ranks, inter-op threads = 1 (before any TF op);
+* TensorFlow intra-op threads = the cores a rank may use (:func:`threads_per_rank`), inter-op
+  threads = 1 (before any TF op);
 * as root, Open MPI refuses to start unless ``OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM)`` are set;
 * more ranks than cores need oversubscription allowed, and then no binding to cores.
 
@@ -22,10 +23,15 @@ import shutil
 import sys
 from pathlib import Path
 
+import psutil
+
+from .exceptions import EnvironmentProblem
+
 __all__ = [
     "env_bin",
     "cpu_count",
     "local_rank_info",
+    "threads_per_rank",
     "mpi_environment",
     "mpirun_command",
     "apply_process_defaults",
@@ -81,16 +87,38 @@ def apply_process_defaults() -> None:
         os.environ["PATH"] = bin_dir + os.pathsep + path
 
 
+def threads_per_rank(own: int, parent: int, local_size: int) -> int:
+    """Intra-op threads of one rank that may run on ``own`` cores, started by a launcher whose
+    process may run on ``parent`` cores, with ``local_size`` ranks on this machine.
+
+    A rank that the launcher bound to its cores (``own < parent``: ``mpirun --bind-to core``,
+    ``srun --cpu-bind``) has them to itself: one thread per core it holds. An unbound rank
+    (``--bind-to none``, ipyparallel engines, a container's cpuset) shares its cores with the
+    other local ranks. 16 cores, 2 ranks: 8 threads each either way.
+    """
+    if own < parent:
+        return max(1, own)
+    return max(1, own // max(1, local_size))
+
+
+def _parent_cpu_count() -> int:
+    """Cores the launching process may use (the launcher's daemon under mpirun or srun)."""
+    try:
+        return len(psutil.Process().parent().cpu_affinity())
+    except (psutil.Error, AttributeError):  # no parent left, or no affinity on this platform
+        return cpu_count()
+
+
 def configure_tensorflow_threads(intra: int | None = None) -> tuple[int, int]:
-    """Share the cores among the local ranks: intra-op = cores / local ranks, inter-op = 1.
+    """Give this rank's cores to TensorFlow (:func:`threads_per_rank`); inter-op threads = 1.
 
     Must run before TensorFlow executes its first op; later calls are ignored by TensorFlow, so
     the threads actually in use are returned.
     """
-    import tensorflow as tf
+    import tensorflow as tf  # imported here: the launchers' processes never load TensorFlow
 
     _, local_size = local_rank_info()
-    want = intra or max(1, cpu_count() // local_size)
+    want = intra or threads_per_rank(cpu_count(), _parent_cpu_count(), local_size)
     try:
         tf.config.threading.set_intra_op_parallelism_threads(want)
         tf.config.threading.set_inter_op_parallelism_threads(1)
@@ -120,8 +148,6 @@ def mpirun_command(np: int, argv: list[str], *, extra: list[str] | None = None) 
     """
     mpirun = shutil.which("mpirun", path=str(env_bin())) or shutil.which("mpirun")
     if mpirun is None:
-        from .exceptions import EnvironmentProblem
-
         raise EnvironmentProblem("mpirun not found; run `make env` (tools/bootstrap.sh) first")
     cores = cpu_count()
     if np <= cores:

@@ -1,8 +1,9 @@
 """Figures of the scaling study (paper Figures 1-3, the overall time, the model's projection).
 
-Each function takes the JSON results of :mod:`gan3d.scaling` (or a fabric of :mod:`gan3d.topology`)
-and returns a Figure; what was measured here, what the paper published and what is modelled is
-told apart by :data:`gan3d.plots.LABELS` in every legend.
+Each function takes the JSON results of :mod:`gan3d.scaling.experiments` (or a fabric of
+:mod:`gan3d.scaling.topology`) and an optional ``ax`` (see :mod:`gan3d.plots`), and returns the
+Figure; what was measured here, what the paper published and what is modelled is told apart by
+:data:`gan3d.plots.LABELS` in every legend.
 """
 
 from __future__ import annotations
@@ -11,12 +12,11 @@ import dataclasses
 import textwrap
 from typing import Sequence
 
-import matplotlib.style  # noqa: F401 - plots.style() needs the submodule loaded
 import numpy as np
 from matplotlib.patches import FancyBboxPatch, Patch
 
-from .. import perfmodel as pm
-from . import LABELS, Figure, new_figure
+from ..scaling import perfmodel as pm
+from . import LABELS, Figure, panels, styled
 
 __all__ = ["node_fabric", "step_breakdown", "allreduce_bandwidth", "speedup_efficiency",
            "overall_time", "model_projection"]
@@ -51,12 +51,15 @@ def _positions(fabric: dict) -> dict[str, tuple[float, float]]:
     return pos
 
 
-def node_fabric(fabric: dict, *, title: str | None = None, note: str | None = None) -> Figure:
-    """Draw a node fabric (:mod:`gan3d.topology` description): boxes for sockets, memory, GPUs and
-    NICs, lines for links coloured by kind and labelled with their bandwidth (one direction)."""
+@styled
+def node_fabric(fabric: dict, *, title: str | None = None, note: str | None = None,
+                ax=None) -> Figure:
+    """Draw a node fabric (:mod:`gan3d.scaling.topology` description): boxes for sockets, memory,
+    GPUs and NICs, lines for links coloured by kind and labelled with their bandwidth (one direction).
+    (``ax``: 1 Axes.)"""
     pos = _positions(fabric)
     ncols = max(1, len({c["group"] for c in fabric["components"] if c["group"] is not None}))
-    fig, ax = new_figure(width=max(4.8, 4.4 * ncols), height=4.6)
+    fig, ax = panels(ax, width=max(4.8, 4.4 * ncols), height=4.6)
     for link in fabric["links"]:
         if link["a"] not in pos or link["b"] not in pos:
             continue
@@ -89,14 +92,15 @@ def node_fabric(fabric: dict, *, title: str | None = None, note: str | None = No
     return fig
 
 
-def step_breakdown(tl: dict, model: dict | None = None) -> Figure:
+@styled
+def step_breakdown(tl: dict, model: dict | None = None, *, ax=None) -> Figure:
     """Figure 2 (this machine): where a step goes on each rank, from Horovod's timeline.
 
     Left: the last steps of the run as spans (computation, waiting for the other rank,
     all-reduce). Right: mean seconds per step and rank, stacked, next to the model's split
-    (``model``: ``compute_s``, ``wait_s``, ``comm_s``) when given.
+    (``model``: ``compute_s``, ``wait_s``, ``comm_s``) when given. (``ax``: 2 Axes.)
     """
-    fig, (a0, a1) = new_figure(1, 2, width=9.0, height=3.4, gridspec_kw={"width_ratios": [2, 1]})
+    fig, (a0, a1) = panels(ax, 1, 2, width=9.0, height=3.4, gridspec_kw={"width_ratios": [2, 1]})
     for r, kind, t0, t1 in tl["strip"]:
         a0.barh(r, t1 - t0, left=t0, height=0.6, color=_PART_COLOUR[kind], lw=0)
     a0.set_yticks(range(tl["workers"]), [f"rank {r}" for r in range(tl["workers"])])
@@ -125,10 +129,11 @@ def step_breakdown(tl: dict, model: dict | None = None) -> Figure:
     return fig
 
 
-def allreduce_bandwidth(bench: dict) -> Figure:
+@styled
+def allreduce_bandwidth(bench: dict, *, ax=None) -> Figure:
     """Figure 2 (b): all-reduce time and bus bandwidth against message size, Horovod and MPI,
-    with the fitted model and the 3DGAN's gradient messages marked."""
-    fig, (a0, a1) = new_figure(1, 2, width=8.6, height=3.3)
+    with the fitted model and the 3DGAN's gradient messages marked. (``ax``: 2 Axes.)"""
+    fig, (a0, a1) = panels(ax, 1, 2, width=8.6, height=3.3)
     n = np.asarray(bench["sizes_bytes"], float)
     grid = np.geomspace(n.min(), n.max(), 100)
     for k, marker in (("horovod", "o"), ("mpi", "s")):
@@ -178,12 +183,14 @@ def _paper_on(a0, a1, paper: dict, grid: np.ndarray) -> None:
         ax.plot([n], [y], "*", ms=11, color="black", label=f"{LABELS['paper']}: 98.9 % at 12 (text)")
 
 
+@styled
 def speedup_efficiency(scale: dict, *, model_here: Sequence[dict] | None = None,
-                       paper: dict | None = None, max_workers: int = 12) -> Figure:
+                       paper: dict | None = None, max_workers: int = 12, ax=None) -> Figure:
     """Figure 3: speed-up and efficiency against workers, measured here (oversubscribed counts
     hollow), the paper's published 98.9 % at 12 GPUs (the only number its text gives), and the
-    model: calibrated here, and with the paper's hardware (jitter inferred from the 98.9 %)."""
-    fig, (a0, a1) = new_figure(1, 2, width=8.6, height=3.4)
+    model: calibrated here, and with the paper's hardware (jitter inferred from the 98.9 %).
+    (``ax``: 2 Axes.)"""
+    fig, (a0, a1) = panels(ax, 1, 2, width=8.6, height=3.4)
     pts = scale["points"]
     p = np.array([q["workers"] for q in pts])
     sp, eff = np.array([q["speedup"] for q in pts]), np.array([q["efficiency"] for q in pts])
@@ -222,10 +229,12 @@ def speedup_efficiency(scale: dict, *, model_here: Sequence[dict] | None = None,
     return fig
 
 
-def overall_time(analysis: dict, *, max_workers: int = 16) -> Figure:
+@styled
+def overall_time(analysis: dict, *, max_workers: int = 16, ax=None) -> Figure:
     """The overall-time result: seconds per epoch (training + test-loss evaluation) per run, and
-    speed-ups against Amdahl's law here and for the paper (published 9.07x at 12 GPUs)."""
-    fig, (a0, a1) = new_figure(1, 2, width=8.6, height=3.4)
+    speed-ups against Amdahl's law here and for the paper (published 9.07x at 12 GPUs).
+    (``ax``: 2 Axes.)"""
+    fig, (a0, a1) = panels(ax, 1, 2, width=8.6, height=3.4)
     rows = analysis["rows"]
     names = [f"{r['workers']} w\n{r['eval_mode'] if r['workers'] > 1 else ''}" for r in rows]
     x = np.arange(len(rows))
@@ -258,13 +267,15 @@ def overall_time(analysis: dict, *, max_workers: int = 16) -> Figure:
     return fig
 
 
+@styled
 def model_projection(wl: pm.Workload, hw: pm.Hardware, *, batches: Sequence[int] = (1, 8, 64, 512),
                      here: tuple[pm.Workload, pm.Hardware, int] | None = None,
-                     pmax: int = 4096) -> Figure:
+                     pmax: int = 4096, ax=None) -> Figure:
     """The model projected to many workers: efficiency against workers for per-worker batches
     (left; dots where the all-reduce starts to take as long as the computation), and one step's
-    computation against all-reduce time (right) with the paper's hardware and this machine's."""
-    fig, (a0, a1) = new_figure(1, 2, width=8.6, height=3.4)
+    computation against all-reduce time (right) with the paper's hardware and this machine's.
+    (``ax``: 2 Axes.)"""
+    fig, (a0, a1) = panels(ax, 1, 2, width=8.6, height=3.4)
     p = np.unique(np.geomspace(1, pmax, 80).astype(int))
     for b in batches:
         a0.semilogx(p, 100 * pm.efficiency(list(p), b, wl, hw), label=f"batch {b} per worker")

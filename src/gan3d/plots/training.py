@@ -2,43 +2,35 @@
 generated showers next to reference ones.
 
 ``histories`` map a run's label (e.g. ``"1 worker"``) to its ``history.jsonl`` rows
-(:func:`gan3d.history.read_history`); showers are (N, 25, 25, 25) arrays in GeV, depth last.
-Each function returns a Figure in the house style.
+(:func:`gan3d.gan.history.read_history`); showers are (N, 25, 25, 25) arrays in GeV, depth last.
+Each function takes an optional ``ax`` (see :mod:`gan3d.plots`) and returns the Figure.
 """
 
 from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-import matplotlib
 import numpy as np
 from matplotlib.colors import LogNorm
 from matplotlib.ticker import MaxNLocator
 
-from . import LABELS, new_figure, style, styled
+from . import LABELS, colours, panels, styled
 
-__all__ = ["loss_curves", "epoch_times", "shower_comparison"]
+__all__ = ["loss_curves", "epoch_times", "shower_comparison", "run_label"]
 
 _PARTS = {"loss": "weighted total", "bce": "real/fake BCE", "aux": "energy MAPE (%)",
           "ecal": "ECAL-sum MAPE (%)"}
 
 
-_styled = styled  # every artist inside the house style, so colours and sizes follow it
-
-
-def _colours(n: int) -> list[str]:
-    with style():
-        cycle = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
-    return [cycle[i % len(cycle)] for i in range(n)]
-
-
-@_styled
-def loss_curves(histories: Mapping[str, Sequence[dict]], parts: Sequence[str] = ("loss", "bce")):
+@styled
+def loss_curves(histories: Mapping[str, Sequence[dict]], parts: Sequence[str] = ("loss", "bce"),
+                *, ax=None):
     """Discriminator (top row) and generator (bottom row) losses per epoch, one panel per part
-    (``loss``, ``bce``, ``aux``, ``ecal``); training solid, test dashed, one colour per run."""
-    fig, axes = new_figure(2, len(parts), width=4.0 * len(parts), height=5.6, sharex=True)
+    (``loss``, ``bce``, ``aux``, ``ecal``); training solid, test dashed, one colour per run
+    (``ax``: 2 x len(parts) Axes)."""
+    fig, axes = panels(ax, 2, len(parts), width=4.0 * len(parts), height=5.6, sharex=True)
     axes = np.asarray(axes).reshape(2, len(parts))
-    for colour, (label, rows) in zip(_colours(len(histories)), histories.items()):
+    for colour, (label, rows) in zip(colours(len(histories)), histories.items()):
         epochs = [r["epoch"] for r in rows]
         for i, net in enumerate(("d", "g")):
             for j, part in enumerate(parts):
@@ -58,37 +50,66 @@ def loss_curves(histories: Mapping[str, Sequence[dict]], parts: Sequence[str] = 
     return fig
 
 
-@_styled
-def epoch_times(histories: Mapping[str, Sequence[dict]]):
-    """Wall time per epoch split into training and evaluation (s), runs side by side; the
-    untimed warm-up epochs are hatched."""
-    fig, ax = new_figure(1, 1, width=6.0)
+def run_label(label: str, rows: Sequence[dict]) -> str:
+    """``"2 workers (2 x 1 thread)"``: a run's label with the workers and threads it had."""
+    last = rows[-1] if rows else {}
+    workers, threads = last.get("workers"), last.get("threads")
+    if workers is None or threads is None:
+        return label
+    return f"{label} ({workers} x {threads} thread{'s' if threads != 1 else ''})"
+
+
+@styled
+def epoch_times(histories: Mapping[str, Sequence[dict]], *, ax=None):
+    """Left: training throughput per epoch (showers/s of all workers together). Right: wall time
+    per epoch split into training and evaluation (s), with the showers each run trained per
+    epoch. Runs side by side, labelled with workers x threads; the untimed warm-up epochs hollow
+    (left) or hatched (right). (``ax``: 2 Axes.)
+
+    Throughput is what compares runs: with a step cap an epoch of N workers trains N times the
+    showers of one worker's, and on a machine with fewer cores than workers x threads the
+    workers share them - so a longer epoch does not mean slower training."""
+    fig, (a0, a1) = panels(ax, 1, 2, width=10.0, height=3.6)
     n = len(histories)
     width = 0.8 / max(n, 1)
-    for k, (colour, (label, rows)) in enumerate(zip(_colours(n), histories.items())):
-        x = np.array([r["epoch"] for r in rows]) + (k - (n - 1) / 2) * width
+    for k, (colour, (label, rows)) in enumerate(zip(colours(n), histories.items())):
+        epochs = np.array([r["epoch"] for r in rows])
+        rate = np.array([r["showers_per_s"] for r in rows])
+        timed = np.array([bool(r["timed"]) for r in rows])
+        name = run_label(label, rows)
+        a0.plot(epochs, rate, "-", color=colour, label=name)
+        a0.plot(epochs[timed], rate[timed], "o", color=colour)
+        a0.plot(epochs[~timed], rate[~timed], "o", color=colour, mfc="white")
+        x = epochs + (k - (n - 1) / 2) * width
         train = np.array([r["time_train_s"] for r in rows])
         evals = np.array([r["time_eval_s"] for r in rows])
-        hatch = ["//" if not r["timed"] else "" for r in rows]
-        ax.bar(x, train, width, color=colour, hatch=hatch, label=f"{label}: training")
-        ax.bar(x, evals, width, bottom=train, color=colour, alpha=0.4, hatch=hatch,
+        hatch = ["//" if not t else "" for t in timed]
+        per_epoch = rows[-1]["steps"] * rows[-1]["batch_size"] * rows[-1]["workers"]
+        a1.bar(x, train, width, color=colour, hatch=hatch,
+               label=f"{name}: training, {per_epoch} showers")
+        a1.bar(x, evals, width, bottom=train, color=colour, alpha=0.4, hatch=hatch,
                label=f"{label}: test evaluation")
-    ax.set_xlabel("epoch (hatched: timing warm-up, excluded as in the paper)")
-    ax.set_ylabel("wall time per epoch (s)")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.legend(fontsize="small")
+    a0.set_ylim(bottom=0)
+    a0.set_ylabel("training throughput (showers/s, all workers)")
+    a0.set_xlabel("epoch (hollow: timing warm-up)")
+    a1.set_ylabel("wall time per epoch (s)")
+    a1.set_xlabel("epoch (hatched: timing warm-up, excluded as in the paper)")
+    for a in (a0, a1):
+        a.xaxis.set_major_locator(MaxNLocator(integer=True))
+        a.legend(fontsize="small")
     return fig
 
 
-@_styled
-def shower_comparison(reference, generated, energies: Sequence[float]):
+@styled
+def shower_comparison(reference, generated, energies: Sequence[float], *, ax=None):
     """Each row one primary energy: the reference shower's and the GAN shower's depth-x projection
-    (summed over y, log colour) and both longitudinal profiles (GeV per layer)."""
+    (summed over y, log colour) and both longitudinal profiles (GeV per layer)
+    (``ax``: len(energies) x 3 Axes)."""
     ref, gen = np.asarray(reference), np.asarray(generated)
     rows = len(energies)
-    fig, axes = new_figure(rows, 3, width=11.0, height=2.8 * rows)
+    fig, axes = panels(ax, rows, 3, width=11.0, height=2.8 * rows)
     axes = np.asarray(axes).reshape(rows, 3)
-    colours = _colours(2)
+    c_ref, c_gan = colours(2)
     for i, e in enumerate(energies):
         vmax = max(ref[i].sum(axis=1).max(), gen[i].sum(axis=1).max(), 2e-5)
         for j, (shower, who) in enumerate(((ref[i], "reference"), (gen[i], "gan"))):
@@ -101,7 +122,7 @@ def shower_comparison(reference, generated, energies: Sequence[float]):
             axes[i, j].grid(False)
         fig.colorbar(im, ax=axes[i, 1], label="GeV per cell, summed over y")
         layers = np.arange(ref.shape[-1])
-        for shower, who, c in ((ref[i], "reference", colours[0]), (gen[i], "gan", colours[1])):
+        for shower, who, c in ((ref[i], "reference", c_ref), (gen[i], "gan", c_gan)):
             axes[i, 2].step(layers, shower.sum(axis=(0, 1)), where="mid", color=c, label=LABELS[who])
         axes[i, 2].set_xlabel("layer (depth)")
         axes[i, 2].set_ylabel("energy per layer (GeV)")

@@ -1,8 +1,9 @@
 """Figures of the physics validation, in the style of 3DGAN's: reference showers (grey, filled)
 against each generator (coloured lines), with the same primary energies.
 
-Every function takes :class:`gan3d.validation.Summary` objects keyed by label (the reference
-first) or the metrics JSON of :func:`gan3d.validation.validate`, and returns a Figure.
+Every function takes :class:`gan3d.validation.study.Summary` objects keyed by label (the
+reference first) or the metrics JSON of :func:`gan3d.validation.study.validate`, and an optional
+``ax`` (see :mod:`gan3d.plots`), and returns the Figure.
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from . import LABELS, new_figure
+from ..data.calorimeter import HIT_THRESHOLD_GEV, N_LAYERS
+from ..validation.study import metric_value
+from . import LABELS, colours, panels, styled
 
 __all__ = [
     "sampling_fraction",
@@ -28,10 +31,15 @@ __all__ = [
 _REF = dict(color="0.55", alpha=0.45)  # the reference: grey and filled, generators on top
 
 
-def _grid(nrows: int, ncols: int, **kwargs):
-    """A Figure and its axes as a 2-D array whatever the shape (``new_figure`` squeezes)."""
-    fig, axes = new_figure(nrows, ncols, **kwargs)
+def _grid(ax, nrows: int, ncols: int, **kwargs):
+    """A Figure and its axes as a 2-D array whatever the shape (:func:`panels` squeezes)."""
+    fig, axes = panels(ax, nrows, ncols, **kwargs)
     return fig, np.asarray(axes, dtype=object).reshape(nrows, ncols)
+
+
+def _colour(k: int) -> str:
+    """The k-th colour of the house cycle (generators; the reference is grey)."""
+    return colours(k + 1)[k]
 
 
 def _styles(labels) -> dict[str, dict]:
@@ -39,7 +47,7 @@ def _styles(labels) -> dict[str, dict]:
     out, k = {}, 0
     for i, lab in enumerate(labels):
         out[lab] = dict(_REF, histtype="stepfilled") if i == 0 else dict(
-            color=f"C{k}", histtype="step", linewidth=1.6)
+            color=_colour(k), histtype="step", linewidth=1.6)
         k += i > 0
     return out
 
@@ -58,10 +66,12 @@ def _hist(ax, samples: Mapping[str, np.ndarray], bins, xlabel: str, log: bool = 
         ax.set_yscale("log")
 
 
-def sampling_fraction(samples, fit: Callable | None = None, n_bins: int = 12):
+@styled
+def sampling_fraction(samples, fit: Callable | None = None, n_bins: int = 12, *, ax=None):
     """Mean and spread of ECAL sum / Ep in bins of Ep (GeV), per sample; ``fit(E)`` drawn too
-    (e.g. :func:`gan3d.showers.sampling_fraction_fit`, the published 3DGAN fit)."""
-    fig, ax = new_figure(width=5.0)
+    (e.g. :func:`gan3d.data.calorimeter.sampling_fraction_fit`, the published 3DGAN fit).
+    (``ax``: 1 Axes.)"""
+    fig, ax = panels(ax, width=5.0)
     lo = min(s.energy.min() for s in samples.values())
     hi = max(s.energy.max() for s in samples.values())
     edges = np.linspace(lo, hi, n_bins + 1)
@@ -75,7 +85,7 @@ def sampling_fraction(samples, fit: Callable | None = None, n_bins: int = 12):
         if i == 0:
             ax.fill_between(mid, mean - std, mean + std, label=f"{lab} (mean ± std)", **_REF)
         else:
-            ax.errorbar(mid + (i - 1) * 0.01 * (hi - lo), mean, std, fmt="o-", color=f"C{i - 1}",
+            ax.errorbar(mid + (i - 1) * 0.01 * (hi - lo), mean, std, fmt="o-", color=_colour(i - 1),
                         capsize=2, label=lab)
     if fit is not None:
         e = np.linspace(lo, hi, 200)
@@ -86,10 +96,12 @@ def sampling_fraction(samples, fit: Callable | None = None, n_bins: int = 12):
     return fig
 
 
-def ecal_sum_per_bin(per_bin: Mapping[str, Mapping]):
-    """ECAL-sum distributions (GeV), one panel per energy bin (keys like ``"100"``)."""
+@styled
+def ecal_sum_per_bin(per_bin: Mapping[str, Mapping], *, ax=None):
+    """ECAL-sum distributions (GeV), one panel per energy bin (keys like ``"100"``; the
+    inclusive sample only if there are no bins). (``ax``: one Axes per bin.)"""
     keys = [k for k in per_bin if k != "inclusive"] or list(per_bin)
-    fig, axes = _grid(1, len(keys), width=3.0 * len(keys), height=3.0)
+    fig, axes = _grid(ax, 1, len(keys), width=3.0 * len(keys), height=3.0)
     for ax, key in zip(axes[0], keys):
         _hist(ax, {lab: s.features["ecal_sum"] for lab, s in per_bin[key].items()}, 30,
               "ECAL sum (GeV)")
@@ -98,10 +110,11 @@ def ecal_sum_per_bin(per_bin: Mapping[str, Mapping]):
     return fig
 
 
-def profiles(samples):
+@styled
+def profiles(samples, *, ax=None):
     """Mean shower profiles along x, y (transverse) and z (longitudinal), GeV per cell or
-    layer; top row linear, bottom row logarithmic."""
-    fig, axes = new_figure(2, 3, width=11.0, height=6.0)
+    layer; top row linear, bottom row logarithmic. (``ax``: 2 x 3 Axes.)"""
+    fig, axes = panels(ax, 2, 3, width=11.0, height=6.0)
     names = {"x": "x (cell)", "y": "y (cell)", "z": "layer (depth)"}
     for col, axis in enumerate("xyz"):
         for row in range(2):
@@ -111,7 +124,7 @@ def profiles(samples):
                 if i == 0:
                     ax.fill_between(np.arange(p.size), p, step="mid", label=lab, **_REF)
                 else:
-                    ax.step(np.arange(p.size), p, where="mid", color=f"C{i - 1}", label=lab)
+                    ax.step(np.arange(p.size), p, where="mid", color=_colour(i - 1), label=lab)
             ax.set_xlabel(names[axis])
             ax.set_ylabel("mean energy (GeV)")
             if row == 1:
@@ -120,10 +133,11 @@ def profiles(samples):
     return fig
 
 
-def moments(samples):
+@styled
+def moments(samples, *, ax=None):
     """Distributions of the first (barycentre, cell) and second (variance, cell^2) moments of
-    the energy along x, y and z."""
-    fig, axes = new_figure(2, 3, width=11.0, height=6.0)
+    the energy along x, y and z. (``ax``: 2 x 3 Axes.)"""
+    fig, axes = panels(ax, 2, 3, width=11.0, height=6.0)
     for col, axis in enumerate("xyz"):
         for row, (suffix, unit) in enumerate((("mean", "cell"), ("var", "cell$^2$"))):
             name = f"{axis}_{suffix}"
@@ -133,38 +147,42 @@ def moments(samples):
     return fig
 
 
-def hits_and_spectrum(samples):
-    """Hits above 2e-4 GeV per shower, the single-cell energy spectrum (GeV, log-log) and the
-    layer of the hottest cell."""
-    fig, axes = new_figure(1, 3, width=11.0, height=3.4)
+@styled
+def hits_and_spectrum(samples, *, ax=None):
+    """Hits per shower (cells above the hit threshold), the single-cell energy spectrum (GeV,
+    log-log) and the layer of the hottest cell. (``ax``: 3 Axes.)"""
+    fig, axes = panels(ax, 1, 3, width=11.0, height=3.4)
     _hist(axes[0], {lab: s.features["hits"] for lab, s in samples.items()}, 30,
-          "hits (cells > 2e-4 GeV)")
+          f"hits (cells > {HIT_THRESHOLD_GEV:g} GeV)")
     for i, (lab, s) in enumerate(samples.items()):
         counts, edges = s.spectrum
         if i == 0:
             axes[1].stairs(counts, edges, fill=True, label=lab, **_REF)
         else:
-            axes[1].stairs(counts, edges, color=f"C{i - 1}", label=lab)
+            axes[1].stairs(counts, edges, color=_colour(i - 1), label=lab)
     axes[1].set(xscale="log", yscale="log", xlabel="cell energy (GeV)",
                 ylabel="cells per shower and bin")
     _hist(axes[2], {lab: s.features["z_max"] for lab, s in samples.items()},
-          np.arange(-0.5, 25.5), "layer of the hottest cell")
+          np.arange(-0.5, N_LAYERS + 0.5), "layer of the hottest cell")
     axes[0].legend()
     return fig
 
 
-def energy_regression(reference, generators: Mapping):
+@styled
+def energy_regression(reference, generators: Mapping, *, ax=None):
     """The discriminator's regressed primary energy (GeV) against the true one, on reference
-    and on GAN showers, one panel per generator that has a discriminator."""
+    and on GAN showers, one panel per generator that has a discriminator. (``ax``: one Axes per
+    such generator, at least one.)"""
     labs = [lab for lab, s in generators.items() if s.discriminator is not None]
-    fig, axes = _grid(1, max(len(labs), 1), width=4.2 * max(len(labs), 1))
+    fig, axes = _grid(ax, 1, max(len(labs), 1), width=4.2 * max(len(labs), 1))
     for ax, lab in zip(axes[0], labs):
         ref = (reference.discriminator or {}).get(lab)
         if ref is not None:
             ax.scatter(ref["true_energy_gev"], ref["energy_gev"], s=6, color="0.45",
                        label=f"D on {LABELS['reference']}")
         g = generators[lab].discriminator
-        ax.scatter(g["true_energy_gev"], g["energy_gev"], s=6, color="C0", label="D on GAN showers")
+        ax.scatter(g["true_energy_gev"], g["energy_gev"], s=6, color=_colour(0),
+                   label="D on GAN showers")
         hi = float(np.max(g["true_energy_gev"]))
         ax.plot([0, hi], [0, hi], "k--", lw=1, label="ideal")
         ax.set(title=lab, xlabel="true $E_p$ (GeV)", ylabel="regressed $E_p$ (GeV)")
@@ -175,16 +193,18 @@ def energy_regression(reference, generators: Mapping):
     return fig
 
 
-def metric_overview(result: dict, names=("auc_high", "fpd", "three_dgan", "sep:sampling_fraction")):
+@styled
+def metric_overview(result: dict, names=("auc_high", "fpd", "three_dgan", "sep:sampling_fraction"),
+                    *, ax=None):
     """Each metric per energy bin for every generator, with the independent reference sample
-    as the "ideal at this sample size" baseline (grey). FPD with its error bar."""
-    from ..validation import metric_value
-
+    as the "ideal at this sample size" baseline (grey). FPD with its error bar.
+    (``ax``: one Axes per metric.)"""
     keys = result["bins"]
     x = np.arange(len(keys))
-    fig, axes = _grid(1, len(names), width=3.4 * len(names), height=3.2)
+    fig, axes = _grid(ax, 1, len(names), width=3.4 * len(names), height=3.2)
     rows = [("reference (2nd sample)", result["reference"], "0.45")]
-    rows += [(lab, g["bins"], f"C{i}") for i, (lab, g) in enumerate(result["generators"].items())]
+    rows += [(lab, g["bins"], _colour(i))
+             for i, (lab, g) in enumerate(result["generators"].items())]
     for ax, name in zip(axes[0], names):
         lo, hi = 0.0, 0.0
         for j, (lab, per_bin, color) in enumerate(rows):
@@ -203,16 +223,19 @@ def metric_overview(result: dict, names=("auc_high", "fpd", "three_dgan", "sep:s
     return fig
 
 
-def validator_check(cases: Mapping[str, Mapping[str, float]], reference: str = "reference"):
+@styled
+def validator_check(cases: Mapping[str, Mapping[str, float]], reference: str = "reference", *,
+                    ax=None):
     """Metrics (one panel each) for a reference-vs-reference case and known distortions: the
-    metric that should flag a distortion stands far above the reference bar."""
+    metric that should flag a distortion stands far above the reference bar.
+    (``ax``: one Axes per metric.)"""
     metric_names = list(next(iter(cases.values())))
-    fig, axes = _grid(1, len(metric_names), width=2.6 * len(metric_names), height=3.4)
+    fig, axes = _grid(ax, 1, len(metric_names), width=2.6 * len(metric_names), height=3.4)
     names = list(cases)
     for ax, m in zip(axes[0], metric_names):
         vals = np.array([cases[c][m] for c in names], dtype=float)
         bars = ax.bar(np.arange(len(names)), np.nan_to_num(vals),
-                      color=["0.55" if c == reference else f"C{i}" for i, c in enumerate(names)])
+                      color=["0.55" if c == reference else _colour(i) for i, c in enumerate(names)])
         ax.bar_label(bars, labels=[f"{v:.2g}" for v in vals], fontsize=7)
         ax.set_xticks(np.arange(len(names)), names, rotation=60, ha="right")
         ax.set_title(m)
@@ -225,21 +248,23 @@ def validator_check(cases: Mapping[str, Mapping[str, float]], reference: str = "
     return fig
 
 
-def speed(table: dict):
+@styled
+def speed(table: dict, *, ax=None):
     """Showers per second (log scale) of GAN inference by precision and batch size, of the
-    synthetic generator, and published Geant4 numbers where available."""
+    synthetic generator, and published Geant4 numbers where available. (``ax``: 1 Axes.)"""
     rows = table["rows"]
     labels = [f"{r['source']} {r['precision']} b={r['batch_size']}" if r["source"] == "GAN"
               else f"{r['source']} (NumPy)" for r in rows]
     values = [r["showers_per_s"] for r in rows]
-    colors = [("C0" if r["precision"] == "float32" else "C1") if r["source"] == "GAN" else "C2"
+    c32, c16, csyn = colours(3)
+    colors = [(c32 if r["precision"] == "float32" else c16) if r["source"] == "GAN" else csyn
               for r in rows]
     for pub in table.get("published", []):
         if pub.get("showers_per_s"):
             labels.append(pub["label"])
             values.append(pub["showers_per_s"])
             colors.append("0.3")
-    fig, ax = new_figure(width=6.0, height=0.32 * len(labels) + 1.2)
+    fig, ax = panels(ax, width=6.0, height=0.32 * len(labels) + 1.2)
     ax.barh(np.arange(len(labels)), values, color=colors)
     ax.set_yticks(np.arange(len(labels)), labels)
     ax.invert_yaxis()

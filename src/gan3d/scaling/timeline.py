@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .exceptions import Gan3dError
+from ..exceptions import Gan3dError
 
 __all__ = ["load", "collectives", "period", "breakdown"]
 

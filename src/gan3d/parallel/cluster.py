@@ -1,6 +1,6 @@
 """Horovod on ipyparallel MPI engines, from a notebook, that always cleans up.
 
-    from gan3d.engines import mpi_engines, train_on_engines
+    from gan3d.parallel.cluster import mpi_engines, train_on_engines
 
     with mpi_engines(2) as cluster:                  # 2 engines = 2 ranks of one MPI job
         ranks = cluster.run(some_function, arg)      # runs on every rank; results in rank order
@@ -25,25 +25,22 @@ import sys
 import time
 from typing import Any, Callable, Iterator
 
-from . import runtime
-from .exceptions import EnvironmentProblem, RankFailed
+import psutil
+
+from .. import console, runtime
+from ..config import from_dict, to_dict
+from ..exceptions import EnvironmentProblem, RankFailed
+from . import distributed
 
 __all__ = ["EngineCluster", "mpi_engines", "train_on_engines"]
 
-log = logging.getLogger(__name__)
+log = console.get_logger(__name__)
 
 
 def _prepend_sys_path(path: str) -> None:
-    import sys as _sys
-
-    if path not in _sys.path:
-        _sys.path.insert(0, path)
-
-
-def _mpi_rank() -> int:
-    from mpi4py import MPI
-
-    return MPI.COMM_WORLD.Get_rank()
+    """Runs on an engine."""
+    if path not in sys.path:
+        sys.path.insert(0, path)
 
 
 class EngineCluster:
@@ -53,7 +50,7 @@ class EngineCluster:
         self.client = client
         self.n = n
         ids = sorted(client.ids)
-        ranks = client[ids].apply_sync(_mpi_rank)
+        ranks = client[ids].apply_sync(distributed.mpi_rank)
         self.engine_of_rank = {r: e for r, e in zip(ranks, ids)}
         if sorted(self.engine_of_rank) != list(range(n)):
             raise EnvironmentProblem(f"engines report MPI ranks {sorted(ranks)}, expected 0..{n - 1}: "
@@ -65,18 +62,21 @@ class EngineCluster:
 
     def run(self, fn: Callable, *args: Any, stream: bool = True, poll: float = 0.2,
             timeout: float | None = None, **kwargs: Any) -> list[Any]:
-        """Call ``fn(*args, **kwargs)`` on every rank; return the results in rank order."""
+        """Call ``fn(*args, **kwargs)`` on every rank; return the results in rank order.
+
+        Rank 0's stdout and stderr (its log and progress bar) are streamed while it runs.
+        """
         pending = {r: self.client[e].apply_async(fn, *args, **kwargs)
                    for r, e in self.engine_of_rank.items()}
-        shown = 0
+        shown = {"stdout": 0, "stderr": 0}
         start = time.monotonic()
         while True:
             if stream:
-                shown = self._stream(pending[0], shown)
+                _stream(pending[0], shown)
             for rank, ar in pending.items():
                 if ar.ready() and not ar.successful():
                     if stream:
-                        self._stream(pending[0], shown)
+                        _stream(pending[0], shown)
                     raise RankFailed(rank, _remote_error(ar))
             if all(ar.ready() for ar in pending.values()):
                 break
@@ -84,18 +84,21 @@ class EngineCluster:
                 raise TimeoutError(f"ranks still running after {timeout:.0f} s")
             time.sleep(poll)
         if stream:
-            self._stream(pending[0], shown)
+            _stream(pending[0], shown)
         return [pending[r].get() for r in sorted(pending)]
 
-    @staticmethod
-    def _stream(ar, shown: int) -> int:
-        text = ar.stdout or ""
+
+def _stream(ar, shown: dict[str, int]) -> None:
+    """Write what the engine of ``ar`` printed since last time to our stdout and stderr."""
+    for name in ("stdout", "stderr"):
+        text = getattr(ar, name) or ""
         if isinstance(text, list):  # older ipyparallel: one entry per engine
             text = "".join(text)
-        if len(text) > shown:
-            sys.stdout.write(text[shown:])
-            sys.stdout.flush()
-        return len(text)
+        if len(text) > shown[name]:
+            out = getattr(sys, name)
+            out.write(text[shown[name]:])
+            out.flush()
+        shown[name] = len(text)
 
 
 def _remote_error(ar) -> str:
@@ -109,8 +112,6 @@ def _remote_error(ar) -> str:
 
 
 def _own_processes():
-    import psutil
-
     return {p.pid: p for p in psutil.Process().children(recursive=True)}
 
 
@@ -138,6 +139,7 @@ def mpi_engines(n: int, *, timeout: float = 180.0) -> Iterator[EngineCluster]:
     cluster.engine_timeout = timeout
     client = None
     try:
+        log.info("starting %d MPI engine(s)", n)
         client = cluster.start_and_connect_sync(n=n)
         yield EngineCluster(client, n)
     finally:
@@ -146,14 +148,15 @@ def mpi_engines(n: int, *, timeout: float = 180.0) -> Iterator[EngineCluster]:
 
 def _shutdown(cluster, client, before: set[int]) -> None:
     """Stop engines and controller; kill whatever the cluster started and is still alive."""
-    import psutil
-
     with contextlib.suppress(Exception):
         if client is not None:
             client.close()
     with contextlib.suppress(Exception):
         cluster.stop_cluster_sync()
     leftovers = [p for pid, p in _own_processes().items() if pid not in before]
+    if leftovers:
+        log.info("stopping %d process(es) the cluster left: %s", len(leftovers),
+                 ", ".join(str(p.pid) for p in leftovers))
     for p in leftovers:
         with contextlib.suppress(psutil.Error):
             p.terminate()
@@ -165,16 +168,13 @@ def _shutdown(cluster, client, before: set[int]) -> None:
 
 def _train_rank(cfg_dict: dict, resume: bool) -> dict:
     """Runs on each engine: one rank of the training."""
-    from gan3d.config import from_dict
-    from gan3d.training import train
+    from ..gan.training import train  # imports TensorFlow: only on the engines, not the kernel
 
     return train(from_dict(cfg_dict), resume=resume).to_dict()
 
 
 def train_on_engines(cfg, workers: int | None = None, *, resume: bool = False) -> dict:
     """Train on ``workers`` MPI engines (default ``cfg.train.workers``); rank 0's result dict."""
-    from .config import to_dict
-
     workers = workers or cfg.train.workers
     cfg = cfg.replace(**{"train.workers": workers})
     with mpi_engines(workers) as cluster:

@@ -14,8 +14,8 @@ Loss of each update: ``w0 * BCE + w1 * MAPE(energy) + w2 * MAPE(ECAL sum)`` with
 ``cfg.train.loss_weights`` (reference [2, 0.1, 0.1]; the paper's Horovod scripts [8, 0.2, 0.1]).
 
 Data parallelism (every distributed line is marked ``DISTRIBUTED``): each rank computes gradients
-on its own batch, :func:`gan3d.distributed.average` all-reduces them (mean over ranks) before
-every one of the four updates, so all ranks apply the same update to the same weights; the step's
+on its own batch, :func:`gan3d.parallel.distributed.average` all-reduces them (mean over ranks)
+before every one of the four updates, so all ranks apply the same update to the same weights; the step's
 losses are averaged too, so a NaN on any rank stops every rank at the same step.
 
 All randomness of a step (label flips, E', z) is drawn by :meth:`GanStep.draw` from a per-rank
@@ -31,14 +31,13 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from . import distributed
-from .model import ECAL_SCALE
+from ..data.calorimeter import NETWORK_SCALE, SAMPLING_FIT_PERCENT
+from ..parallel import distributed
+from .history import LOSSES as LOSS_NAMES
 
-__all__ = ["ECAL_FIT", "LOSS_NAMES", "EVAL_NAMES", "ecal_target", "GanStep"]
+__all__ = ["E_RANGE", "LOSS_NAMES", "EVAL_NAMES", "ecal_target", "GanStep"]
 
-ECAL_FIT = (0.0018, -0.023, 0.11, -0.28, 2.21)  # sampling fraction in %, polynomial in E/100
 E_RANGE = (0.1, 5.0)  # primary energies of fakes, in units of 100 GeV
-LOSS_NAMES = ("d_loss", "d_bce", "d_aux", "d_ecal", "g_loss", "g_bce", "g_aux", "g_ecal")
 EVAL_NAMES = tuple("test_" + n for n in LOSS_NAMES)
 _EPS = 1e-7  # Keras' clipping constant for BCE and MAPE
 
@@ -47,10 +46,10 @@ def ecal_target(e):
     """ECAL-sum target of a fake shower, in network units (GeV x 100), for e = E/100 (tensor)."""
     e = keras.ops.cast(e, "float32")
     poly = keras.ops.zeros_like(e)
-    for c in ECAL_FIT:  # Horner's rule
+    for c in SAMPLING_FIT_PERCENT:  # Horner's rule on the published fit, in %
         poly = poly * e + c
     # E_GeV x poly/100 = e x poly GeV deposited; the network sees GeV x 100.
-    return e * poly * ECAL_SCALE
+    return e * poly * NETWORK_SCALE
 
 
 def _bce(y, p):

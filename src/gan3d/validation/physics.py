@@ -16,9 +16,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..data.calorimeter import CELL_THRESHOLD_GEV, HIT_THRESHOLD_GEV, sampling_fraction_fit
+from ..data.showers import layer_table
+
 __all__ = [
     "HIT_THRESHOLD",
     "ZERO_THRESHOLD",
+    "resolution_fit",
+    "sample_summary",
     "ecal_sum",
     "sampling_fraction",
     "profiles",
@@ -37,8 +42,8 @@ __all__ = [
     "shift_layers",
 ]
 
-HIT_THRESHOLD = 2e-4  # GeV: a cell above this counts as a hit (3DGAN validation practice)
-ZERO_THRESHOLD = 1e-6  # GeV: the reference trainer sets cells below this to zero
+HIT_THRESHOLD = HIT_THRESHOLD_GEV  # a cell above this counts as a hit (3DGAN validation practice)
+ZERO_THRESHOLD = CELL_THRESHOLD_GEV  # the reference trainer sets cells below this to zero
 
 _AXES = {"x": (2, 3), "y": (1, 3), "z": (1, 2)}  # axes summed over (of an (N,X,Y,Z) array)
 
@@ -108,7 +113,8 @@ def cell_spectrum(ecal, bins=None) -> tuple[np.ndarray, np.ndarray]:
     """Histogram of single-cell energies above :data:`ZERO_THRESHOLD`, per shower.
 
     Returns ``(counts, edges)``: ``counts`` (n_bins,) is the mean number of cells per shower in
-    each bin; ``edges`` (n_bins + 1,) GeV, logarithmic from 1e-6 to 100 GeV unless given.
+    each bin; ``edges`` (n_bins + 1,) GeV, logarithmic from the cell threshold to 100 GeV unless
+    given.
     """
     a = _as_ecal(ecal)
     edges = np.geomspace(ZERO_THRESHOLD, 100.0, 57) if bins is None else np.asarray(bins)
@@ -158,7 +164,8 @@ def layer_sparsity(ecal, threshold: float = ZERO_THRESHOLD) -> np.ndarray:
 def shower_features(ecal, energy) -> dict[str, np.ndarray]:
     """The scalar per-shower features compared one by one (histograms, separation power).
 
-    Keys and units: ``ecal_sum`` GeV; ``sampling_fraction``; ``hits`` (cells > 2e-4 GeV);
+    Keys and units: ``ecal_sum`` GeV; ``sampling_fraction``; ``hits`` (cells above
+    :data:`HIT_THRESHOLD`);
     ``{x,y,z}_mean`` cell index; ``{x,y,z}_var`` cells^2; ``{x,y,z}_skew`` (third central
     moment, cells^3); ``{x,y,z}_max`` cell index of the hottest cell. Each (N,).
     """
@@ -243,4 +250,66 @@ def shift_layers(ecal, shift: int = 1) -> np.ndarray:
         out[..., shift:] = a[..., : a.shape[3] - shift]
     else:
         out[..., :shift] = a[..., -shift:]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# A sample's headline numbers per energy bin: the laws any shower sample must follow
+
+def resolution_fit(energy_gev, rel_sigma, n_showers) -> dict:
+    """Fit sigma/E = a / sqrt(E/GeV) (+) b to relative resolutions ``rel_sigma`` at ``energy_gev``.
+
+    Least squares in (sigma/E)^2 = a^2/E + b^2, weighted by the 1/sqrt(2 n) relative error of a
+    standard deviation of ``n_showers`` showers. Returns ``a`` (GeV^0.5) and ``b``.
+    """
+    e, rel = np.asarray(energy_gev, float), np.asarray(rel_sigma, float)
+    weight = np.sqrt(np.broadcast_to(np.asarray(n_showers, float), e.shape) / 2) / rel**2
+    design = np.c_[1 / e, np.ones_like(e)] * weight[:, None]
+    (a2, b2), *_ = np.linalg.lstsq(design, rel**2 * weight, rcond=None)
+    return {"a": float(np.sqrt(max(a2, 0.0))), "b": float(np.sqrt(max(b2, 0.0)))}
+
+
+def _bin_numbers(x: np.ndarray, e: np.ndarray) -> dict:
+    """The numbers of :func:`sample_summary` for showers ``x`` (n, 25, 25, 25) of energies ``e``
+    (n,)."""
+    z = x.sum(axis=(1, 2), dtype=np.float64)  # (n, 25) energy per layer
+    px = x.sum(axis=(2, 3), dtype=np.float64)  # (n, 25) energy per x cell
+    frac, reco = z.sum(axis=1) / e, z @ (1.0 / layer_table()["sampling"]) / e
+    w, cells = px / px.sum(axis=1, keepdims=True), np.arange(px.shape[1])
+    fit = float(sampling_fraction_fit(e).mean())
+    return {"n": len(e), "sampling_fraction": float(frac.mean()),
+            "sampling_fraction_sem": float(frac.std() / np.sqrt(len(frac))), "fit": fit,
+            "ratio_to_fit": float(frac.mean() / fit),
+            "max_layer": int(np.argmax(z.mean(axis=0))),
+            "mean_depth_layers": float(z.sum(axis=0) @ np.arange(z.shape[1]) / z.sum()),
+            "hits": float(hits(x).mean()),
+            "x_second_moment_cells2": float((w @ cells**2 - (w @ cells) ** 2).mean()),
+            "resolution_visible": float(frac.std() / frac.mean()),
+            "resolution_reconstructed": float(reco.std() / reco.mean())}
+
+
+def sample_summary(ecal, energy, energies, halfwidth: float = 5.0) -> dict:
+    """Headline numbers per energy bin [E - halfwidth, E + halfwidth] GeV of showers ``ecal``
+    (N, 25, 25, 25) GeV with primary energies ``energy`` (N,) GeV.
+
+    Per bin: showers, mean sampling fraction (and its standard error) against the published
+    fit (:func:`~gan3d.data.calorimeter.sampling_fraction_fit`), layer of the maximum of the mean
+    longitudinal profile, mean depth (layers), hits (cells above :data:`HIT_THRESHOLD`), x second
+    moment (cells^2), and the relative resolution of the visible sum and of the reconstructed
+    energy (visible / layer sampling fraction), both per unit Ep.
+    Then the fits a/sqrt(E) (+) b of both resolutions. Bins with fewer than 2 showers are left out.
+    """
+    x, e = np.asarray(ecal), np.asarray(energy, np.float64)
+    rows = []
+    for centre in energies:
+        sel = np.abs(e - centre) <= halfwidth
+        if sel.sum() >= 2:
+            rows.append({"energy": float(centre), **_bin_numbers(x[sel], e[sel])})
+    out = {"bins": rows, "halfwidth_gev": halfwidth}
+    if len(rows) >= 2:
+        energies_, counts = [r["energy"] for r in rows], [r["n"] for r in rows]
+        for kind in ("visible", "reconstructed"):
+            out[f"resolution_fit_{kind}"] = resolution_fit(
+                energies_, [r[f"resolution_{kind}"] for r in rows], counts)
+        out["max_abs_deviation_from_fit"] = max(abs(r["ratio_to_fit"] - 1) for r in rows)
     return out

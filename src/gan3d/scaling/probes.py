@@ -1,7 +1,8 @@
 """What runs inside each MPI rank of a scaling experiment: timed steps, a full training, all-reduces.
 
-:mod:`gan3d.scaling` writes a job file and starts ``python -m gan3d.probes JOB.json`` on N ranks
-with :func:`gan3d.distributed.launch`; rank 0 writes the result to ``job["out"]``. A job is::
+:mod:`gan3d.scaling.experiments` writes a job file and starts ``python -m gan3d.scaling.probes
+JOB.json`` on N ranks with :func:`gan3d.parallel.launch.launch`; rank 0 writes the result to
+``job["out"]``. A job is::
 
     {"task": "steps" | "train" | "allreduce", "threads": int, "out": path, ...task fields}
 
@@ -23,8 +24,13 @@ import sys
 import time
 from pathlib import Path
 
-from . import distributed
-from .io import read_json, write_json
+import numpy as np
+
+from .. import runtime
+from ..config import from_dict
+from ..io import read_json, write_json
+from ..parallel import distributed
+from ..parallel.launch import guard
 
 __all__ = ["main", "pin_cores", "pin_threads", "pin_to", "scheduler_times", "time_allreduce",
            "time_shared_compute"]
@@ -38,8 +44,6 @@ def pin_cores(threads: int) -> list[int]:
     under other load it cannot borrow an idle core the others lack). With more ranks than cores
     (oversubscribed, no binding) local ranks take the cores round-robin.
     """
-    from . import runtime
-
     allowed = sorted(os.sched_getaffinity(0))
     if len(allowed) > threads:
         local_rank, _ = runtime.local_rank_info()
@@ -75,16 +79,14 @@ def pin_threads(threads: int) -> distributed.World:
 
 
 def _steps(job: dict, world: distributed.World) -> dict:
-    from .config import from_dict
-    from .training import measure_step_rate
+    from ..gan.training import measure_step_rate  # imports TensorFlow
 
     cfg = from_dict(job["config"])
     return measure_step_rate(cfg, job["steps"], job["warmup"])
 
 
 def _train(job: dict, world: distributed.World) -> dict:
-    from .config import from_dict
-    from .training import train
+    from ..gan.training import train  # imports TensorFlow
 
     cfg = from_dict(job["config"])
     t0 = time.perf_counter()
@@ -96,11 +98,8 @@ def time_allreduce(sizes: list[int], repeats: int, warmup: int = 2) -> dict:
     """Median seconds per all-reduce (sum) of float32 messages of ``sizes`` bytes, two ways:
     ``horovod`` (hvd.allreduce of a TF tensor, as training does, incl. Horovod's coordination)
     and ``mpi`` (mpi4py Allreduce of a NumPy buffer: the MPI library alone)."""
-    import numpy as np
     import tensorflow as tf
-    from mpi4py import MPI
 
-    comm = MPI.COMM_WORLD
     out: dict = {"sizes": [], "horovod_s": [], "mpi_s": []}
     for n in sizes:
         count = max(1, n // 4)
@@ -108,13 +107,13 @@ def time_allreduce(sizes: list[int], repeats: int, warmup: int = 2) -> dict:
         buf, res = np.ones(count, np.float32), np.empty(count, np.float32)
         th, tm = [], []
         for i in range(warmup + repeats):
-            comm.Barrier()  # start together: we time the collective, not the ranks' skew
+            distributed.mpi_barrier()  # start together: we time the collective, not the skew
             t0 = time.perf_counter()
             distributed.allreduce(x, "sum", name=f"bench_{n}").numpy()
             t1 = time.perf_counter()
-            comm.Barrier()
+            distributed.mpi_barrier()
             t2 = time.perf_counter()
-            comm.Allreduce(buf, res, op=MPI.SUM)
+            distributed.mpi_allreduce_sum(buf, res)
             t3 = time.perf_counter()
             if i >= warmup:
                 th.append(t1 - t0)
@@ -145,7 +144,7 @@ def _compute_probe(batch: int = 2):
     function and its FLOPs per call (5 D + 3 G forward passes per shower)."""
     import tensorflow as tf
 
-    from .model import build_discriminator, build_generator
+    from ..gan.model import build_discriminator, build_generator
     from .perfmodel import REFERENCE_COUNTS as C
 
     g, d = build_generator(), build_discriminator()
@@ -184,7 +183,6 @@ def time_shared_compute(world: distributed.World, seconds: float = 4.0) -> dict:
     (an MPI barrier would spin on a sibling core), then all ranks measure at once. Returns FLOP/s
     ``alone`` and ``together`` (mean per rank) and their ratio ``shared_factor``.
     """
-    import numpy as np
     import tensorflow as tf
 
     _compute_probe()  # every rank traces it before anyone times it
@@ -205,8 +203,6 @@ def time_shared_compute(world: distributed.World, seconds: float = 4.0) -> dict:
 def _memcpy_bandwidth(nbytes: int, repeats: int = 5) -> float:
     """Bytes/s of one core copying a buffer of ``nbytes`` (at least 64 MiB, beyond the caches):
     the ceiling of an all-reduce through shared memory, which copies each byte several times."""
-    import numpy as np
-
     n = max(nbytes, 64 * 2**20) // 4
     src, dst = np.ones(n, np.float32), np.empty(n, np.float32)
     times = []
@@ -250,11 +246,11 @@ def _run(job_path: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point of one rank: ``python -m gan3d.probes JOB.json`` (errors end the whole job)."""
+    """Entry point of one rank: ``python -m gan3d.scaling.probes JOB.json`` (errors end the job)."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1 or not Path(args[0]).is_file():
-        raise SystemExit("usage: python -m gan3d.probes JOB.json")
-    distributed.guard(_run, args[0])
+        raise SystemExit("usage: python -m gan3d.scaling.probes JOB.json")
+    guard(_run, args[0])
 
 
 if __name__ == "__main__":

@@ -26,8 +26,10 @@ from typing import Any
 import keras
 import numpy as np
 
-from .exceptions import CheckpointError
-from .io import atomic_path
+from ..data.calorimeter import NETWORK_SCALE as ECAL_SCALE
+from ..data.calorimeter import SHAPE
+from ..exceptions import CheckpointError
+from ..io import atomic_path
 
 __all__ = [
     "LATENT_SIZE",
@@ -49,8 +51,6 @@ __all__ = [
 ]
 
 LATENT_SIZE = 200
-SHAPE = (25, 25, 25)  # x, y, depth (the last axis is the 25 calorimeter layers)
-ECAL_SCALE = 100.0  # the networks see cell energies x 100 and primary energies / 100
 _SLOPE = 0.3  # Keras 1 LeakyReLU default, kept by the reference
 _BN = dict(momentum=0.99, epsilon=1e-3)  # Keras 1 defaults
 _DROPOUT = 0.2
@@ -181,7 +181,7 @@ def step_flops(generator: keras.Model | None = None, discriminator: keras.Model 
                *, frozen_weight_grads: bool = False) -> int:
     """FLOPs of one full 3DGAN training step per shower of the per-worker batch.
 
-    The step (:mod:`gan3d.training`): D on a real batch, G forward then D on a fake batch, and
+    The step (:mod:`gan3d.gan.training`): D on a real batch, G forward then D on a fake batch, and
     twice G through the frozen D. Convention: a trained network costs 3 x forward (forward, the
     gradient with respect to its inputs, the gradient with respect to its weights); the frozen D in
     the generator passes costs 2 x forward (its weight gradients are not needed and TensorFlow's

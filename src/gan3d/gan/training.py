@@ -5,12 +5,12 @@ One process per worker, all running the same function; world size 1 is the same 
     gan3d train --profile quick --workers 2          # the CLI launches 2 MPI ranks itself
     mpirun -np 4 python -m gan3d train --profile paper
     horovodrun -np 4 python -m gan3d train --profile paper
-    train_on_engines(cfg, workers=2)                 # ipyparallel MPI engines (gan3d.engines)
+    train_on_engines(cfg, workers=2)                 # ipyparallel MPI engines (parallel.cluster)
 
 The canonical Horovod order: ``distributed.init()`` first (threads = cores / local ranks, MPI
 yielding), learning rate x workers (optionally warmed up linearly), a disjoint data shard per rank
-(:class:`gan3d.datasets.ShardedShowers`), models AND optimiser state broadcast from rank 0, per-rank
-seeds, explicit gradient averaging in every update (:mod:`gan3d.step`), logging and files from
+(:class:`gan3d.data.sharding.ShardedShowers`), models AND optimiser state broadcast from rank 0,
+per-rank seeds, explicit gradient averaging in every update (:mod:`gan3d.gan.step`), logging and files from
 rank 0 only. Lines that talk to other ranks are marked ``DISTRIBUTED``.
 
 Outputs in ``resolve_path(cfg.train.output)`` (rank 0 writes; every file atomically):
@@ -22,10 +22,11 @@ Outputs in ``resolve_path(cfg.train.output)`` (rank 0 writes; every file atomica
   ``eval_mode`` is ``none``), ``eval_mode``, ``time_train_s``, ``time_eval_s``, ``time_epoch_s``
   (wall seconds on rank 0), ``timed`` (False for the ``timing_warmup_epochs`` first epochs, which
   the paper excluded), ``showers_per_s`` (training showers of all ranks / time_train_s),
-  ``workers``, ``steps``, ``batch_size`` (per worker), ``precision``; ``time_epoch_s`` is
+  ``workers``, ``steps``, ``batch_size`` (per worker), ``precision``, ``threads`` (TensorFlow
+  intra-op threads of each worker); ``time_epoch_s`` is
   training plus evaluation (rank 0's bookkeeping, history and checkpoint writing, not included);
 * ``tb/`` TensorBoard scalars of the same numbers (event files are append-only streams);
-* ``checkpoints/epoch-NNNN.npz`` after every epoch (:mod:`gan3d.checkpoints`);
+* ``checkpoints/epoch-NNNN.npz`` after every epoch (:mod:`gan3d.gan.checkpoints`);
 * ``generator.keras``, ``discriminator.keras`` at the end; ``config.json`` (config + provenance).
 """
 
@@ -37,15 +38,26 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+import keras
 import numpy as np
+import tensorflow as tf
 
-from . import distributed
-from .config import Config, to_dict
-from .exceptions import CheckpointError, Gan3dError, NonFiniteLoss
-from .io import ensure_dir, provenance, write_json
+from .. import console
+from ..config import Config, to_dict
+from ..data import files, sharding
+from ..data.generate import generate_dataset
+from ..exceptions import CheckpointError, Gan3dError, NonFiniteLoss
+from ..io import ensure_dir, provenance, write_json
+from ..parallel import distributed
+from ..paths import resolve_path
+from . import checkpoints
 from .history import HISTORY_FIELDS, Progress, TensorBoard, read_history, write_history
 from .history import LOSSES as _LOSSES
-from .paths import resolve_path
+from .model import (build_discriminator, build_generator, save_discriminator, save_generator,
+                    step_flops)
+from .step import E_RANGE, GanStep
+
+log = console.get_logger(__name__)
 
 __all__ = ["TrainResult", "HISTORY_FIELDS", "train", "learning_rate", "measure_step_rate",
            "read_history"]
@@ -109,25 +121,16 @@ def _collective(world, fn: Callable[[], Any]) -> Any:
 
 
 def _data_files(cfg: Config, workers: int = 1) -> tuple[list[str], list[str]]:
-    from . import datasets
-
     if cfg.data.source == "synthetic":
-        from .showers import generate_dataset
-
         # Idempotent: reuses intact files. Inside an MPI job rank 0 is bound to its own cores,
         # so it writes alone (make large sets beforehand with `gan3d data generate`).
         generate_dataset(cfg.data, workers=1 if workers > 1 else None)
-    files = datasets.list_files(resolve_path(cfg.data.path))
-    train_files, test_files = datasets.split_files(files, cfg.data.test_fraction)
+    found = files.list_files(resolve_path(cfg.data.path))
+    train_files, test_files = files.split_files(found, cfg.data.test_fraction)
     return [str(f) for f in train_files], [str(f) for f in test_files]
 
 
 def _build_step(cfg: Config):
-    import keras
-
-    from .model import build_discriminator, build_generator
-    from .step import GanStep
-
     keras.utils.set_random_seed(cfg.train.seed)  # rank 0's initial weights; then broadcast
     policy = "mixed_bfloat16" if cfg.train.precision == "bfloat16" else None
     t = cfg.train
@@ -150,8 +153,6 @@ def _prepare_output(cfg: Config, out: Path, resume: bool) -> None:
 
 def _resume_state(step, cfg: Config, out: Path) -> tuple[int, list[dict], Path | None]:
     """On rank 0: restore the newest checkpoint; (epochs done, history, path)."""
-    from . import checkpoints
-
     path = checkpoints.latest_checkpoint(out / "checkpoints")
     if path is None:
         _say(f"no checkpoint in {out / 'checkpoints'}: starting from scratch")
@@ -167,8 +168,7 @@ def _resume_state(step, cfg: Config, out: Path) -> tuple[int, list[dict], Path |
 
 
 def _say(text: str) -> None:
-    if distributed.world().is_root:
-        print(f"[gan3d train] {text}", flush=True)
+    log.info("%s", text)  # rank 0 only: the others log warnings alone (gan3d.console)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -194,8 +194,11 @@ def train(cfg: Config, *, resume: bool = False) -> TrainResult:
     if resume:
         start, history, resumed = _collective(world, lambda: _resume_state(step, cfg, out))
     step.broadcast_state()  # DISTRIBUTED: models and optimiser state of rank 0 everywhere
-    loop = _Loop(cfg, world, step, out, train_files, test_files, history)
-    epoch_times = [loop.run_epoch(epoch) for epoch in range(start, cfg.train.epochs)]
+    loop = _Loop(cfg, world, step, out, train_files, test_files, history, start)
+    try:
+        epoch_times = [loop.run_epoch(epoch) for epoch in range(start, cfg.train.epochs)]
+    finally:
+        loop.close()
     paths = _collective(world, loop.export)
     return TrainResult(
         output=str(out), history=str(out / "history.jsonl"), checkpoint=paths["checkpoint"],
@@ -209,20 +212,22 @@ def train(cfg: Config, *, resume: bool = False) -> TrainResult:
 class _Loop:
     """State of one training run on one rank; :meth:`run_epoch` is one epoch."""
 
-    def __init__(self, cfg, world, step, out, train_files, test_files, history):
-        from .datasets import ShardedShowers
-
+    def __init__(self, cfg, world, step, out, train_files, test_files, history, start):
         self.cfg, self.world, self.step, self.out = cfg, world, step, out
         t = cfg.train
-        self.data = ShardedShowers(train_files, world.rank, world.size, t.batch_size,
-                                   seed=t.seed, max_batches=t.steps_per_epoch or None)
+        self.data = sharding.ShardedShowers(train_files, world.rank, world.size, t.batch_size,
+                                            seed=t.seed, max_batches=t.steps_per_epoch or None)
         self.steps = len(self.data)
         self.test_files = test_files
         self.history = list(history)
         self.eval_noise = _EvalNoise(cfg, world, test_files) if t.eval_mode != "none" else None
         self.tb = TensorBoard(out / "tb") if world.is_root else None
-        self.progress = (Progress(t.epochs, self.steps, t.batch_size * world.size)
+        self.progress = (Progress(t.epochs, self.steps, t.batch_size * world.size, start)
                          if world.is_root else None)
+
+    def close(self) -> None:
+        if self.progress:
+            self.progress.close()
 
     def run_epoch(self, epoch: int) -> dict:
         t = self.cfg.train
@@ -261,13 +266,12 @@ class _Loop:
 
     def _evaluate(self) -> np.ndarray | None:
         """Test losses (8,), or None. Serial: rank 0 evaluates, the others wait in the all-reduce."""
-        from .datasets import test_batches
-
         t = self.cfg.train
         if t.eval_mode == "none":
             return None
         sums, count = np.zeros(len(_LOSSES)), 0
-        batches = test_batches(self.test_files, self.world.rank, self.world.size, t.batch_size,
+        batches = sharding.test_batches(self.test_files, self.world.rank, self.world.size,
+                                        t.batch_size,
                                mode=t.eval_mode, fraction=t.eval_fraction)
         for batch in batches:
             n = int(batch["energy"].shape[0])
@@ -287,26 +291,23 @@ class _Loop:
                    time_epoch_s=time_train + time_eval, timed=epoch >= t.timing_warmup_epochs,
                    showers_per_s=self.steps * t.batch_size * self.world.size / time_train,
                    workers=self.world.size, steps=self.steps, batch_size=t.batch_size,
-                   precision=t.precision)
+                   precision=t.precision,
+                   threads=tf.config.threading.get_intra_op_parallelism_threads())
         return row
 
     def _write(self, epoch: int, row: dict) -> None:
         """Rank 0: history (whole file, atomically), TensorBoard scalars, checkpoint."""
-        from .checkpoints import save_checkpoint
-
         write_history(self.out / "history.jsonl", self.history)
         self.tb.write(row)
-        save_checkpoint(self.out / "checkpoints", epoch + 1, self.step.state_variables(),
+        checkpoints.save_checkpoint(self.out / "checkpoints", epoch + 1,
+                                    self.step.state_variables(),
                         self.cfg, self.history, self.world.size)
 
     def export(self) -> dict[str, str | None]:
         """Rank 0: write the trained networks; returns their paths (run via _collective)."""
-        from .checkpoints import latest_checkpoint
-        from .model import save_discriminator, save_generator
-
         gen = save_generator(self.step.g, self.out / "generator.keras")
         disc = save_discriminator(self.step.d, self.out / "discriminator.keras")
-        ckpt = latest_checkpoint(self.out / "checkpoints")
+        ckpt = checkpoints.latest_checkpoint(self.out / "checkpoints")
         return {"generator": str(gen), "discriminator": str(disc),
                 "checkpoint": str(ckpt) if ckpt else None}
 
@@ -316,15 +317,9 @@ class _EvalNoise:
     every epoch see the same fakes, so their test losses are comparable."""
 
     def __init__(self, cfg: Config, world, test_files):
-        from .datasets import count_showers
-        from .step import E_RANGE
-
         t = cfg.train
-        total = int(round(sum(count_showers(f) for f in test_files) * t.eval_fraction))
-        # The same shard bounds as datasets.test_batches.
-        lo = 0 if t.eval_mode == "serial" else world.rank * total // world.size
-        hi = (total if world.is_root else 0) if t.eval_mode == "serial" else (
-            (world.rank + 1) * total // world.size)
+        total = int(round(sum(files.count_showers(f) for f in test_files) * t.eval_fraction))
+        lo, hi = sharding.eval_bounds(total, world.rank, world.size, t.eval_mode)
         rng = np.random.default_rng([t.seed, 0xE7A1])
         n = 200
         self.e_fake = rng.uniform(*E_RANGE, total).astype(np.float32)[lo:hi]
@@ -352,14 +347,10 @@ def measure_step_rate(cfg: Config, steps: int = 5, warmup: int = 2, *, data: str
     ``cpu_seconds_per_step`` (median CPU time of this process, all its threads, per step: busy
     polling shows up here, other users of the machine do not), ``cpu_step_times_s``,
     ``showers_per_s`` (this process: batch / median step), ``showers_per_s_total`` (x workers),
-    ``gflop_per_s`` (this process, by :func:`gan3d.model.step_flops`), ``workers``, ``rank``,
+    ``gflop_per_s`` (this process, by :func:`gan3d.gan.model.step_flops`), ``workers``, ``rank``,
     ``batch_size``, ``precision``, ``threads``. ``threads`` overrides the intra-op thread count
     (default cores / local ranks); it only takes effect if TensorFlow has not started yet.
     """
-    import tensorflow as tf
-
-    from .model import step_flops
-
     world = distributed.init(threads=threads)  # DISTRIBUTED
     step = _build_step(cfg)
     step.broadcast_state()  # DISTRIBUTED
@@ -391,15 +382,13 @@ def _rate_batches(cfg: Config, world, data: str):
         rng = np.random.default_rng([cfg.train.seed, world.rank])
         image = (rng.gamma(0.05, 2.0, (b, 25, 25, 25, 1)) * (rng.random((b, 25, 25, 25, 1)) < 0.3))
         batch = {"image": image.astype(np.float32),
-                 "energy": rng.uniform(0.1, 5.0, b).astype(np.float32),
+                 "energy": rng.uniform(*E_RANGE, b).astype(np.float32),
                  "ecal_sum": image.sum(axis=(1, 2, 3, 4)).astype(np.float32)}
         while True:
             yield batch
     elif data == "files":
-        from .datasets import ShardedShowers
-
         train_files, _ = _collective(world, lambda: _data_files(cfg, world.size))
-        shard = ShardedShowers(train_files, world.rank, world.size, b, seed=cfg.train.seed)
+        shard = sharding.ShardedShowers(train_files, world.rank, world.size, b, seed=cfg.train.seed)
         epoch = 0
         while True:
             yield from shard.epoch(epoch)

@@ -1,7 +1,7 @@
 """Scaling experiments: time training over worker counts, whole runs with their evaluation, all-reduces.
 
-Every experiment launches ``python -m gan3d.probes`` on N MPI ranks with
-:func:`gan3d.distributed.launch` (so it runs unchanged under a cluster's mpirun) and writes one
+Every experiment launches ``python -m gan3d.scaling.probes`` on N MPI ranks with
+:func:`gan3d.parallel.launch.launch` (so it runs unchanged under a cluster's mpirun) and writes one
 JSON file with the resolved configuration, the machine and the provenance::
 
     gan3d scale --profile quick                      # -> results/scaling/scaling_weak.json
@@ -20,22 +20,31 @@ worker stands for a fixed piece of hardware, as one GPU did in the paper.
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Sequence
 
-from . import distributed, perfmodel, runtime, speedup, timeline, topology
-from .config import Config, to_dict
-from .exceptions import ConfigError
-from .io import atomic_path, ensure_dir, provenance, read_json, write_json
-from .paths import resolve_path
+import numpy as np
+
+from .. import console, runtime
+from ..config import Config, to_dict
+from ..data.files import n_train_files
+from ..data.generate import generate_dataset
+from ..exceptions import ConfigError
+from ..io import atomic_path, ensure_dir, provenance, read_json, write_json
+from ..parallel.launch import launch
+from ..paths import resolve_path
+from . import perfmodel, speedup, timeline, topology
+
+log = console.get_logger(__name__)
 
 __all__ = [
     "BENCH_SIZES", "FIT_RANGE", "run", "overall_time", "record_timeline", "allreduce_benchmark",
-    "machine_info", "model_workload", "threads_per_worker", "per_worker_batch", "read_history",
+    "machine_info", "model_workload", "threads_per_worker", "per_worker_batch", "timed_epoch_means",
     "load_or_run",
 ]
 
@@ -45,8 +54,6 @@ FIT_RANGE = (16 * 1024, 16 * 1024**2)  # bytes: brackets the gradients (0.29 MB,
 
 def machine_info() -> dict:
     """Cores, the fabric of this machine and its load (1, 5, 15 min), for every results file."""
-    import os
-
     fabric = topology.read_machine()
     return {"cores": runtime.cpu_count(), "topology": topology.summary(fabric), "fabric": fabric,
             "load_average": os.getloadavg()}  # other work on the machine shows up here
@@ -74,13 +81,11 @@ def model_workload(cfg: Config, *, exact: bool = False) -> perfmodel.Workload:
 
     ``exact`` counts FLOPs and parameters on freshly built Keras models; otherwise
     :data:`perfmodel.REFERENCE_COUNTS` (the same numbers, checked by the tests) is used.
-    Each step all-reduces D's gradients twice and G's twice (:mod:`gan3d.step`).
+    Each step all-reduces D's gradients twice and G's twice (:mod:`gan3d.gan.step`).
     """
     counts = None
     if exact:
-        import numpy as np
-
-        from . import model
+        from ..gan import model  # imports TensorFlow: only for the exact count
 
         g, d = model.build_generator(), model.build_discriminator()
         counts = {"d_forward_flops": model.forward_flops(d), "g_forward_flops": model.forward_flops(g),
@@ -88,7 +93,7 @@ def model_workload(cfg: Config, *, exact: bool = False) -> perfmodel.Workload:
                   "g_trainable_params": sum(int(np.prod(v.shape)) for v in g.trainable_variables)}
     d = cfg.data
     per_file = d.n_showers / d.n_files
-    train_files = int(d.n_files * (1.0 - d.test_fraction) + 1e-9)
+    train_files = n_train_files(d.n_files, d.test_fraction)
     return perfmodel.threedgan_workload(counts, train_showers=int(per_file * train_files),
                                         test_showers=int(d.n_showers - per_file * train_files))
 
@@ -103,7 +108,7 @@ def _launch(p: int, job: dict, folder: Path, name: str, *, timeout: float,
     job_path, out = folder / f"{name}.job.json", folder / f"{name}.out.json"
     out.unlink(missing_ok=True)
     write_json(job_path, dict(job, out=str(out)))
-    distributed.launch(p, [sys.executable, "-m", "gan3d.probes", str(job_path)],
+    launch(p, [sys.executable, "-m", "gan3d.scaling.probes", str(job_path)],
                        timeout=timeout, stream=False, extra=list(extra))
     job_path.unlink(missing_ok=True)
     return read_json(out)
@@ -116,12 +121,6 @@ def _step_times(res: dict) -> list[float]:
     if "step_time_s" in res:
         return [float(res["step_time_s"])]
     return [float(res["seconds"]) / float(res["steps"])]
-
-
-def _progress(done: int, total: int, t0: float, what: str) -> None:
-    elapsed = time.monotonic() - t0
-    eta = elapsed / done * (total - done) if done else float("nan")
-    print(f"[scale] {done}/{total} {what} | elapsed {elapsed:5.0f} s, ETA {eta:5.0f} s", flush=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -172,12 +171,13 @@ def _repeat(jobs: dict[int, dict], repeats: int, folder: Path, timeout: float) -
     """Rank 0's results of ``repeats`` launches of each job, repeats outermost: a drifting
     machine load then hits every worker count alike."""
     out: dict[int, list] = {p: [] for p in jobs}
-    t0, total = time.monotonic(), len(jobs) * repeats
-    for r in range(repeats):
-        for i, (p, job) in enumerate(jobs.items()):
-            out[p].append(_launch(p, job, folder, f"steps_p{p}_r{r}", timeout=timeout))
-            _progress(r * len(jobs) + i + 1, total, t0,
-                      f"p={p}: {statistics.median(_step_times(out[p][-1])):.3f} s/step")
+    with console.progress(total=len(jobs) * repeats, desc="scaling runs", unit="run") as bar:
+        for r in range(repeats):
+            for p, job in jobs.items():
+                out[p].append(_launch(p, job, folder, f"steps_p{p}_r{r}", timeout=timeout))
+                step_s = statistics.median(_step_times(out[p][-1]))
+                bar.set_postfix_str(f"p={p}: {step_s:.3f} s/step")
+                bar.update()
     return out
 
 
@@ -207,10 +207,8 @@ def _speedups(points: list[dict], mode: str) -> None:
 # Whole trainings: serial against distributed evaluation
 
 
-def read_history(path: str | Path) -> dict:
+def timed_epoch_means(path: str | Path) -> dict:
     """Mean seconds per timed epoch (train, eval, total) from a training's ``history.jsonl``."""
-    import json
-
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path} does not exist: the training wrote no history")
@@ -232,29 +230,22 @@ def overall_time(cfg: Config, *, workers: Sequence[int] = (1, 2), output: str | 
     The runs are interleaved ``repeats`` times (a drifting machine load then hits every variant
     alike) and each variant's per-epoch times are the medians over its repeats. Writes
     ``overall_time.json`` and ``overall_time.md`` (the table) in ``output``; the analysis (speed-
-    ups, Amdahl, the paper's 9.07x) is :func:`gan3d.speedup.analyse_overall`.
+    ups, Amdahl, the paper's 9.07x) is :func:`gan3d.scaling.speedup.analyse_overall`.
     """
     workers = tuple(sorted(set(workers)))
     folder = ensure_dir(resolve_path(output or cfg.scale.output))
     if cfg.data.source == "synthetic":  # made here, once, not inside the timed MPI job
-        from .showers import generate_dataset
-
         generate_dataset(cfg.data, progress=False)
-    threads, t0 = threads_per_worker(workers), time.monotonic()
+    threads = threads_per_worker(workers)
     plan = [(p, m) for p in workers for m in ("serial", "distributed") if not (p == 1 and m != "serial")]
     every: dict[str, list[dict]] = {f"{m}_p{p}": [] for p, m in plan}
-    for r in range(repeats):
-        for k, (p, mode) in enumerate(plan):
-            out = folder / "overall" / f"{mode}_p{p}"
-            shutil.rmtree(out, ignore_errors=True)  # a fresh training, never a resumed one
-            cfg_r = cfg.replace(**{"train.eval_mode": mode, "train.workers": p,
-                                   "train.output": str(out)})
-            res = _launch(p, {"task": "train", "config": to_dict(cfg_r), "threads": threads},
-                          folder, f"train_{mode}_p{p}", timeout=timeout)
-            every[f"{mode}_p{p}"].append(dict(read_history(out / "history.jsonl"),
-                                              scheduler=res.get("scheduler")))
-            _progress(r * len(plan) + k + 1, repeats * len(plan), t0, f"training p={p} eval={mode}: "
-                      f"{every[f'{mode}_p{p}'][-1]['epoch_s']:.1f} s/epoch")
+    with console.progress(total=repeats * len(plan), desc="whole trainings", unit="run") as bar:
+        for r in range(repeats):
+            for p, mode in plan:
+                every[f"{mode}_p{p}"].append(_overall_run(cfg, p, mode, folder, threads, timeout))
+                bar.set_postfix_str(f"p={p} eval={mode}: "
+                                    f"{every[f'{mode}_p{p}'][-1]['epoch_s']:.1f} s/epoch")
+                bar.update()
     runs = {name: dict(hs[0], **{k: statistics.median(h[k] for h in hs)
                                  for k in ("train_s", "eval_s", "epoch_s")}, repeats=hs)
             for name, hs in every.items()}
@@ -267,6 +258,17 @@ def overall_time(cfg: Config, *, workers: Sequence[int] = (1, 2), output: str | 
     with atomic_path(folder / "overall_time.md") as tmp:
         tmp.write_text(speedup.overall_table(result["analysis"]))
     return result
+
+
+def _overall_run(cfg: Config, p: int, mode: str, folder: Path, threads: int,
+                 timeout: float) -> dict:
+    """One fresh training on ``p`` workers with evaluation ``mode``; its timed-epoch means."""
+    out = folder / "overall" / f"{mode}_p{p}"
+    shutil.rmtree(out, ignore_errors=True)  # a fresh training, never a resumed one
+    cfg_r = cfg.replace(**{"train.eval_mode": mode, "train.workers": p, "train.output": str(out)})
+    res = _launch(p, {"task": "train", "config": to_dict(cfg_r), "threads": threads},
+                  folder, f"train_{mode}_p{p}", timeout=timeout)
+    return dict(timed_epoch_means(out / "history.jsonl"), scheduler=res.get("scheduler"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -336,8 +338,6 @@ def load_or_run(path: str | Path, make, *, config: Config | None = None,
                 sections: Sequence[str] = ("data", "train", "scale"), run_missing: bool = True) -> dict:
     """The results at ``path`` if they exist and were made with the same ``sections`` of ``config``
     (when given); else ``make()`` when ``run_missing``, else :class:`ConfigError` saying what to do."""
-    import json
-
     path = resolve_path(path)
     if path.is_file():
         old = read_json(path)
@@ -349,5 +349,5 @@ def load_or_run(path: str | Path, make, *, config: Config | None = None,
         why = f"{path} does not exist"
     if not run_missing:
         raise ConfigError(f"{why}; set run_missing=True (or run `gan3d scale`) to measure it")
-    print(f"[scale] {why}: measuring it now", flush=True)
+    log.info("%s: measuring it now", why)
     return make()

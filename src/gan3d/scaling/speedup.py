@@ -1,8 +1,8 @@
 """Speed-up arithmetic on recorded results: the overall-time study, the model against measurement,
 the paper's numbers, and the headline summary of notebook 03.
 
-Pure functions of the JSON results written by :mod:`gan3d.scaling` and ``bench/bench_allreduce.py``
-(no TensorFlow, no MPI), so that figures and checks are cheap to redo.
+Pure functions of the JSON results written by :mod:`gan3d.scaling.experiments` and
+``bench/bench_allreduce.py`` (no TensorFlow, no MPI), so that figures and checks are cheap to redo.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ __all__ = ["analyse_overall", "overall_table", "calibrated_hardware", "model_che
 def analyse_overall(runs: dict, workers: Sequence[int]) -> dict:
     """Speed-ups of whole trainings against the 1-worker run, with Amdahl's law.
 
-    ``runs`` maps ``"<eval_mode>_p<p>"`` to :func:`gan3d.scaling.read_history` summaries (mean
-    seconds per timed epoch: ``train_s``, ``eval_s``, ``epoch_s``); the work per epoch is fixed
+    ``runs`` maps ``"<eval_mode>_p<p>"`` to :func:`gan3d.scaling.experiments.timed_epoch_means`
+    summaries (mean seconds per timed epoch: ``train_s``, ``eval_s``, ``epoch_s``); the work per
+    epoch is fixed
     (one pass over the training set), so ideal times fall as 1/p. Returns ``rows`` (one per run),
     the measured serial fraction (evaluation share of the 1-worker epoch), per p > 1 the fitted
     serial fraction, Amdahl's prediction, the gain from distributed evaluation and the gap between

@@ -8,7 +8,7 @@ A checkpoint ``checkpoints/epoch-0003.npz`` (written after epoch index 3 finishe
   so far, the variables' paths and shapes (checked on restore), and provenance.
 
 Random state is not stored: every seed is derived from (seed, rank, epoch) at the start of each
-epoch (:meth:`gan3d.step.GanStep.reseed`), and the data order from (seed, epoch), so the epoch
+epoch (:meth:`gan3d.gan.step.GanStep.reseed`), and the data order from (seed, epoch), so the epoch
 number is all a resumed run needs to draw exactly what the uninterrupted run would have drawn.
 
 Files are written through :func:`gan3d.io.atomic_path`: a crash leaves the previous checkpoint
@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from .config import Config, to_dict
-from .exceptions import CheckpointError
-from .io import atomic_path, ensure_dir, provenance
+from ..config import Config, flatten, to_dict
+from ..exceptions import CheckpointError
+from ..io import atomic_path, ensure_dir, provenance
 
 __all__ = ["save_checkpoint", "latest_checkpoint", "load_checkpoint", "restore_variables",
            "check_compatible", "TRAJECTORY_KEYS"]
@@ -105,22 +105,12 @@ def restore_variables(variables: list, meta: dict, arrays: list[np.ndarray], pat
 
 def check_compatible(meta: dict, cfg: Config, path: str | Path) -> None:
     """Refuse to resume under settings that would change the trajectory (epochs may grow)."""
-    old, new = _flat(meta["config"]), _flat(to_dict(cfg))
+    old, new = flatten(meta["config"]), flatten(to_dict(cfg))
     differ = [k for k in TRAJECTORY_KEYS if _norm(old.get(k)) != _norm(new.get(k))]
     if differ:
         detail = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in differ)
         raise CheckpointError(f"cannot resume from {path}: settings differ ({detail}); use the "
                               "checkpoint's settings or a new train.output")
-
-
-def _flat(tree: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in tree.items():
-        if isinstance(v, dict):
-            out.update(_flat(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
 
 
 def _norm(value):

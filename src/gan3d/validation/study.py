@@ -1,67 +1,37 @@
-"""Physics validation of trained generators against reference showers, and their speed.
+"""Physics validation of trained generators against reference showers (notebook 04's study).
 
-:func:`validate` is the whole study of notebook 04: for every energy bin (and inclusively) it
-makes two independent reference samples, generates GAN showers *with the same primary energies*
-from each checkpoint, and compares them with :mod:`gan3d.metrics`. The second reference sample
-measures what "ideal" looks like at this sample size: a generator can only be judged against
-the score of the reference against itself. Showers are summarised as soon as they are compared
-(features, mean profiles, spectra), so memory stays at a few samples whatever the number of bins.
-
-:func:`inference_speed` measures GAN inference (showers per second at several batch sizes, in
-float32 and bfloat16) next to the synthetic generator; :data:`PUBLISHED_SPEED` holds published
-numbers for Geant4 on this calorimeter, with their source.
+:func:`validate` makes, for every energy bin (and inclusively), two independent reference samples,
+generates GAN showers *with the same primary energies* from each trained generator, and compares
+them with :mod:`gan3d.validation.metrics`. The second reference sample measures what "ideal" looks
+like at this sample size: a generator can only be judged against the score of the reference
+against itself. Showers are summarised as soon as they are compared (features, mean profiles,
+spectra), so memory stays at a few samples whatever the number of bins.
 
 Launch: ``gan3d validate`` (CLI), notebook 04, or ``validate([...], [...], cfg=resolve("quick"))``.
+The speed of GAN inference is :mod:`gan3d.validation.speed`.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
+from .. import console
+from ..config import Config, to_dict
+from ..data import files, showers
+from ..exceptions import CheckpointError, ConfigError
+from ..io import provenance, write_json
+from ..paths import resolve_path
 from . import metrics, physics
-from .config import Config, to_dict
-from .exceptions import CheckpointError, ConfigError
-from .io import provenance, write_json
 
 __all__ = [
-    "PUBLISHED_SPEED",
-    "Showers",
-    "Summary",
-    "Validation",
-    "bin_keys",
-    "energy_sets",
-    "reference_pair",
-    "summarise",
-    "compare",
-    "load_checkpoint",
-    "validate",
-    "distortion_check",
-    "headline",
-    "metric_value",
+    "Showers", "Summary", "Validation", "bin_keys", "energy_sets", "reference_pair", "summarise",
+    "compare", "load_networks", "validate", "distortion_check", "headline", "metric_value",
     "metrics_table",
-    "speed_table",
-    "inference_speed",
 ]
-
-# Published speed of Geant4 relative to 3DGAN for this calorimeter, quoted with its source. There
-# is no Geant4 here, so its showers/s on this machine can only be *estimated* from the published
-# ratio and the GAN speed measured here (done in :func:`inference_speed`, and labelled so).
-PUBLISHED_SPEED: list[dict] = [{
-    "label": "Geant4 (estimate from published ratio)",
-    "gan_int8_over_geant4": 67000.0,  # "total speed-up ... (67 000x)" for the int8 3DGAN
-    "int8_over_float32": 1.73,  # "1.73x speed-up ... compared to the initial float32 model"
-    "source": ("F. Rehm, S. Vallecorsa, V. Saletore et al., Reduced Precision Strategies for Deep "
-               "Learning: A High Energy Physics Generative Adversarial Network Use Case, ICPRAM "
-               "2021, pp. 251-258, doi:10.5220/0010245002510258 (conclusions): 3DGAN on Intel "
-               "CPUs, CLIC electromagnetic calorimeter showers"),
-    "caveat": ("order of magnitude only: the ratio was measured on other hardware, where the GAN "
-               "used a whole multi-core Intel server; Geant4 simulates one shower per core"),
-}]
 
 
 @dataclass
@@ -118,12 +88,10 @@ def energy_sets(n: int, energy_bins: Sequence[float], halfwidth: float,
 
 def _clic_showers(folder: str, lo: float, hi: float, n: int, seed: int) -> Showers:
     """Up to ``n`` held-out CLIC showers with ``lo <= E <= hi`` GeV, read file by file."""
-    from . import datasets
-
-    files = datasets.split_files(datasets.list_files(folder))[1]
+    test_files = files.split_files(files.list_files(folder))[1]
     ecal, energy, have = [], [], 0
-    for path in np.random.default_rng(seed).permutation(np.array(files, dtype=object)):
-        x_all, e_all = datasets.read_showers(path)
+    for path in np.random.default_rng(seed).permutation(np.array(test_files, dtype=object)):
+        x_all, e_all = files.read_showers(path)
         keep = np.flatnonzero((e_all >= lo) & (e_all <= hi))[: n - have]
         ecal.append(x_all[keep])
         energy.append(e_all[keep])
@@ -140,8 +108,6 @@ def reference_pair(cfg: Config, key: str, energies: np.ndarray, seed: int) -> tu
     """Two independent reference samples for one bin. Synthetic: generated at exactly
     ``energies`` with two seeds. CLIC: held-out showers of the same energy range, split in two."""
     if cfg.data.source == "synthetic":
-        from . import showers
-
         return (Showers(showers.generate(energies, seed), energies),
                 Showers(showers.generate(energies, seed + 7919), energies))
     lo, hi = ((cfg.data.energy_min, cfg.data.energy_max) if key == "inclusive" else
@@ -153,7 +119,8 @@ def reference_pair(cfg: Config, key: str, energies: np.ndarray, seed: int) -> tu
 
 
 def summarise(s: Showers) -> Summary:
-    """The :class:`Summary` of a sample (features of :func:`gan3d.physics.shower_features`)."""
+    """The :class:`Summary` of a sample (features of
+    :func:`gan3d.validation.physics.shower_features`)."""
     return Summary(energy=np.asarray(s.energy, np.float64),
                    features=physics.shower_features(s.ecal, s.energy),
                    profiles={k: v.mean(axis=0) for k, v in physics.profiles(s.ecal).items()},
@@ -197,9 +164,9 @@ def _fpd(hr: np.ndarray, hg: np.ndarray, seed: int) -> dict:
     return metrics.fpd(hr, hg, seed=seed)
 
 
-def load_checkpoint(folder) -> tuple[object, object | None]:
+def load_networks(folder) -> tuple[object, object | None]:
     """The generator (required) and discriminator (if present) of a training output folder."""
-    from . import model
+    from ..gan import model  # imports TensorFlow
 
     folder = Path(folder)
     gen_path = folder / "generator.keras"
@@ -213,7 +180,7 @@ def load_checkpoint(folder) -> tuple[object, object | None]:
 
 def _discriminate(disc, s: Showers, limit: int = 200) -> dict[str, np.ndarray]:
     """D's outputs on the first ``limit`` showers (its forward pass costs 3x the generator's)."""
-    from . import model
+    from ..gan import model  # imports TensorFlow
 
     out = model.discriminate(disc, s.ecal[:limit])
     out["true_energy_gev"] = np.asarray(s.energy[:limit], np.float64)
@@ -223,7 +190,7 @@ def _discriminate(disc, s: Showers, limit: int = 200) -> dict[str, np.ndarray]:
 def _validate_bin(cfg: Config, key: str, energies, seed: int, nets: dict, result: Validation,
                   table: dict, low_level: bool) -> None:
     """One bin: reference pair, baseline metrics, then every generator on the same energies."""
-    from . import model
+    from ..gan import model  # imports TensorFlow
 
     ref, ref2 = reference_pair(cfg, key, energies, seed)
     rs = result.reference[key] = summarise(ref)
@@ -250,12 +217,10 @@ def validate(checkpoints: Sequence, labels: Sequence[str], cfg: Config, *,
     Raises :class:`~gan3d.exceptions.CheckpointError` naming a folder without a generator, before
     any work is done.
     """
-    from .paths import resolve_path
-
     if len(checkpoints) != len(labels):
         raise ConfigError(f"{len(checkpoints)} checkpoints but {len(labels)} labels; give one "
                           "label per checkpoint folder")
-    nets = {lab: load_checkpoint(resolve_path(c)) for lab, c in zip(labels, checkpoints)}
+    nets = {lab: load_networks(resolve_path(c)) for lab, c in zip(labels, checkpoints)}
     v = cfg.validation
     keys = bin_keys(v.energy_bins)
     sets = energy_sets(v.n_showers, v.energy_bins, v.bin_halfwidth,
@@ -263,13 +228,9 @@ def validate(checkpoints: Sequence, labels: Sequence[str], cfg: Config, *,
     result = Validation(bins=keys, generators={lab: {} for lab in labels})
     table = {"reference": {}, "generators": {lab: {"checkpoint": str(c), "bins": {}}
                                              for lab, c in zip(labels, checkpoints)}}
-    start = time.perf_counter()
-    for i, key in enumerate(keys):
+    for i, key in enumerate(console.progress(keys, desc="validation bins", unit="bin",
+                                             disable=not progress)):
         _validate_bin(cfg, key, sets[key], v.seed * 1000 + i, nets, result, table, low_level)
-        if progress:
-            done = time.perf_counter() - start
-            print(f"[validation] bin {key:>9}: {i + 1}/{len(keys)} done, {done:.0f} s elapsed, "
-                  f"ETA {done / (i + 1) * (len(keys) - i - 1):.0f} s", flush=True)
     result.metrics = {"provenance": provenance(), "config": to_dict(cfg), "bins": keys,
                       "parameters": {"checkpoints": [str(c) for c in checkpoints],
                                      "labels": list(labels), "low_level": low_level},
@@ -284,8 +245,6 @@ def distortion_check(n_showers: int = 1000, seed: int = 0,
     one (same energies, other seed) and against three known distortions of it: sampling
     fraction x 1.05, showers 20 % wider, longitudinal profile one layer deeper. Returns the
     compare() dicts by case name (high-level classifier only)."""
-    from . import showers
-
     e = np.random.default_rng(seed).uniform(*energy_range, n_showers)
     ref = Showers(showers.generate(e, seed + 1), e)
     other = showers.generate(e, seed + 2)
@@ -338,92 +297,3 @@ def metrics_table(result: dict, names=("auc_high", "fpd", "three_dgan", "sep:sam
             cells = [f"{metric_value(per_bin[k], name):.3g}" for k in keys]
             lines.append(f"| {lab} | {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
-
-
-def speed_table(speed: dict) -> str:
-    """A Markdown table of :func:`inference_speed` output, the published estimate last."""
-    lines = ["| source | precision | batch | showers/s |", "|---|---|---|---|"]
-    for r in speed["rows"]:
-        lines.append(f"| {r['source']} | {r['precision']} | {r['batch_size']} | "
-                     f"{r['showers_per_s']:.3g} |")
-    for p in speed.get("published", []):
-        if p.get("showers_per_s"):
-            lines.append(f"| {p['label']} | - | - | {p['showers_per_s']:.2g} |")
-    return "\n".join(lines)
-
-
-def _time_calls(fn, n_calls: int) -> float:
-    t = time.perf_counter()
-    for _ in range(n_calls):
-        fn()
-    return time.perf_counter() - t
-
-
-def _gan_rows(base, batch_sizes, precisions, min_showers: int, max_seconds: float,
-              repeats: int, seed: int, progress: bool) -> list[dict]:
-    """Timed ``predict_on_batch`` per batch size; precisions interleaved repeat by repeat so
-    that their ratio is measured under the same machine state."""
-    from . import model
-
-    nets = {}
-    for p in precisions:
-        nets[p] = base if p == "float32" else model.build_generator(dtype="mixed_" + p)
-        if nets[p] is not base:
-            nets[p].set_weights(base.get_weights())
-    rows = []
-    for b in batch_sizes:
-        latent = model.latent_vectors(np.linspace(10, 500, b), seed)
-        calls, runs = {}, {p: [] for p in nets}
-        for p, net in nets.items():
-            net.predict_on_batch(latent)  # warm-up: traces and compiles the predict function
-            once = _time_calls(lambda net=net: net.predict_on_batch(latent), 1)
-            calls[p] = max(1, min(-(-min_showers // b), int(max_seconds / once)))
-        for _ in range(repeats):
-            for p, net in nets.items():
-                t = _time_calls(lambda net=net: net.predict_on_batch(latent), calls[p])
-                runs[p].append(calls[p] * b / t)
-        for p in nets:
-            rows.append({"source": "GAN", "precision": p, "batch_size": b,
-                         "showers_per_s": float(np.median(runs[p])), "runs": runs[p]})
-            if progress:
-                print(f"[speed] GAN {p:<8} batch {b:>4}: {rows[-1]['showers_per_s']:8.2f} showers/s",
-                      flush=True)
-    return rows
-
-
-def inference_speed(generator=None, batch_sizes=(1, 8, 32), precisions=("float32", "bfloat16"),
-                    min_showers: int = 64, max_seconds: float = 2.0, repeats: int = 3,
-                    synthetic: bool = True, seed: int = 0, progress: bool = False) -> dict:
-    """Showers per second of GAN inference and of the synthetic generator: medians of
-    ``repeats`` timings, each of ``min_showers`` showers or ``max_seconds`` (whichever comes
-    first, at least one call), after an untimed warm-up call.
-
-    The GAN's speed does not depend on its weights: without ``generator`` an untrained one is
-    timed. bfloat16 uses Keras' ``mixed_bfloat16`` policy with the same weights (fast only on
-    CPUs with bfloat16 instructions; elsewhere it is emulated).
-    """
-    from . import model
-
-    base = generator if generator is not None else model.build_generator()
-    rows = _gan_rows(base, batch_sizes, precisions, min_showers, max_seconds, repeats, seed,
-                     progress)
-    if synthetic:
-        from . import showers
-
-        e = np.random.default_rng(seed).uniform(10, 500, max(min_showers, 64))
-        runs = [len(e) / _time_calls(lambda: showers.generate(e, seed), 1) for _ in range(repeats)]
-        rows.append({"source": "synthetic generator", "precision": "float32",
-                     "batch_size": len(e), "showers_per_s": float(np.median(runs)), "runs": runs})
-    return {"provenance": provenance(), "rows": rows, "published": _geant4_estimate(rows)}
-
-
-def _geant4_estimate(rows: list[dict]) -> list[dict]:
-    """Published ratios turned into an estimated Geant4 speed on this machine: the best float32
-    GAN speed measured here divided by the published float32-3DGAN / Geant4 ratio."""
-    fp32 = [r["showers_per_s"] for r in rows if r["source"] == "GAN" and r["precision"] == "float32"]
-    out = []
-    for pub in PUBLISHED_SPEED:
-        ratio = pub["gan_int8_over_geant4"] / pub["int8_over_float32"]  # float32 GAN / Geant4
-        out.append(dict(pub, gan_float32_over_geant4=ratio,
-                        showers_per_s=max(fp32) / ratio if fp32 else None))
-    return out

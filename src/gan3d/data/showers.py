@@ -18,16 +18,16 @@ minutes. Each shower is built in four steps:
    interpolated, so the mean shower is a few array operations.
 4. **Sampling fluctuations.** Per cell, n ~ Poisson(mean / quantum) visible quanta, each of
    Gamma-distributed size, so that the visible energy fluctuates with the stochastic term
-   ``RESOLUTION / sqrt(E)`` and the cell spectrum stays continuous. Cells below 1e-6 GeV are
+   ``RESOLUTION / sqrt(E)`` and the cell spectrum stays continuous. Cells below the threshold are
    zeroed, as the reference trainer does.
 
 Tuned constants (everything else is GFLASH or material data):
 
 * ``SAMPLING_FRONT`` - visible fraction of the energy deposited in a front layer. Tuned so that
   the mean ECAL sum / primary energy follows the published 3DGAN fit of the real data
-  (:func:`sampling_fraction_fit`) over 10-500 GeV (it does within 2 %); the 17 % fall of the
-  sampling fraction over that range is not tuned, it comes out of leakage and the deeper
-  showers reaching the coarser back section.
+  (:func:`gan3d.data.calorimeter.sampling_fraction_fit`) over 10-500 GeV (it does within 2 %);
+  the 17 % fall of the sampling fraction over that range is not tuned, it comes out of leakage
+  and the deeper showers reaching the coarser back section.
 * ``BACK_TO_FRONT`` - ratio of back to front sampling fraction, 0.5 from the layer structure
   (twice the tungsten, same silicon); kept, not tuned.
 * ``RESOLUTION`` - stochastic term of the visible-energy resolution, 17 %/sqrt(E/GeV), the
@@ -35,39 +35,32 @@ Tuned constants (everything else is GFLASH or material data):
 * ``QUANTUM_SHAPE`` - shape of the Gamma distribution of one quantum's energy (1 = exponential):
   a guess that gives a smooth cell spectrum; the resolution accounts for its extra variance.
 
+The detector's geometry and thresholds are those of :mod:`gan3d.data.calorimeter`; writing data
+sets to disk is :mod:`gan3d.data.generate`.
+
 Units: energies in GeV, depths in radiation lengths (X0), radii in Moliere radii or in cells
 (pitch 5.1 mm) as named. Arrays of showers are float32 (N, 25, 25, 25) with depth last.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import sys
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 from scipy import special
 
+from .calorimeter import (BACK_LAYERS, BACK_W_MM, CELL_THRESHOLD_GEV, FRONT_LAYERS, FRONT_W_MM,
+                          N_CELLS, N_LAYERS, PITCH_MM, SILICON_MM)
+
 __all__ = [
-    "GENERATOR_VERSION", "N_CELLS", "N_LAYERS", "PITCH_MM", "THRESHOLD_GEV",
-    "Medium", "effective_medium", "calorimeter", "sampling_fraction_fit", "profile_parameters",
-    "layer_fractions", "radial_parameters", "cell_fractions", "mean_deposits", "fluctuate",
-    "generate", "generator_parameters", "generate_dataset", "resolution_fit", "summary",
+    "GENERATOR_VERSION", "SAMPLING_FRONT", "BACK_TO_FRONT", "RESOLUTION", "QUANTUM_SHAPE",
+    "Medium", "effective_medium", "layer_table", "profile_parameters", "layer_fractions",
+    "radial_parameters", "cell_fractions", "mean_deposits", "fluctuate", "generate",
+    "generator_parameters",
 ]
 
 GENERATOR_VERSION = 1  # bump whenever generated showers change, so that stale data are remade
-N_CELLS = 25  # cells per side of the transverse window
-N_LAYERS = 25
-PITCH_MM = 5.1  # silicon pad size
-THRESHOLD_GEV = 1e-6  # cells below are zero, as in the reference trainer
-
-# Layer structure of the CLIC ECAL (absorber then silicon in every layer).
-FRONT_LAYERS, FRONT_W_MM = 17, 2.4
-BACK_LAYERS, BACK_W_MM = 8, 4.8
-SILICON_MM = 0.5
 
 # Tuned constants (see the module docstring for why each has its value).
 SAMPLING_FRONT = 0.0238
@@ -114,7 +107,7 @@ def effective_medium(d_abs_mm: float, d_act_mm: float = SILICON_MM) -> Medium:
 
 
 @functools.cache
-def calorimeter() -> dict:
+def layer_table() -> dict:
     """Geometry in the units the parametrisation needs (cached).
 
     Returns ``medium`` (front section, used for the shower shape), ``edges`` (26,) layer
@@ -130,16 +123,6 @@ def calorimeter() -> dict:
     rm = np.r_[np.full(FRONT_LAYERS, front.rm_mm), np.full(BACK_LAYERS, back.rm_mm)] / PITCH_MM
     return {"medium": front, "edges": edges, "mid": 0.5 * (edges[1:] + edges[:-1]),
             "sampling": sampling, "rm_cells": rm}
-
-
-def sampling_fraction_fit(energy_gev) -> np.ndarray:
-    """The published 3DGAN fit of ECAL sum / primary energy of the real CLIC data.
-
-    ``energy_gev`` (...) GeV; returns a dimensionless array of the same shape: 0.0218 at 10 GeV
-    falling to 0.0181 at 500 GeV. (The trainer's ECAL-sum target for fake showers.)
-    """
-    x = np.asarray(energy_gev, dtype=np.float64) / 100.0
-    return np.polyval([0.0018, -0.023, 0.11, -0.28, 2.21], x) / 100.0
 
 
 def _mean_log_params(energy_gev: np.ndarray, med: Medium):
@@ -162,7 +145,7 @@ def profile_parameters(energy_gev, rng: np.random.Generator) -> dict:
     ``alpha``, ``beta`` (1/X0) and ``mean_alpha`` (exp <ln alpha>, for the radial depth scale).
     """
     e = np.asarray(energy_gev, dtype=np.float64)
-    mean_lt, mean_la, sig_lt, sig_la, rho = _mean_log_params(e, calorimeter()["medium"])
+    mean_lt, mean_la, sig_lt, sig_la, rho = _mean_log_params(e, layer_table()["medium"])
     z1, z2 = rng.standard_normal((2, e.size))
     c1, c2 = np.sqrt((1 + rho) / 2), np.sqrt((1 - rho) / 2)
     t_max = np.maximum(np.exp(mean_lt + sig_lt * (c1 * z1 + c2 * z2)), 1.0)
@@ -176,7 +159,7 @@ def layer_fractions(alpha, beta) -> tuple[np.ndarray, np.ndarray]:
     ``alpha``, ``beta`` (N,). Returns ``fractions`` (N, 25) and ``leakage`` (N,); per shower
     they sum to 1 (energy conservation before sampling).
     """
-    edges = calorimeter()["edges"]
+    edges = layer_table()["edges"]
     cdf = special.gammainc(np.asarray(alpha)[:, None], np.asarray(beta)[:, None] * edges)
     return np.diff(cdf, axis=1), 1.0 - cdf[:, -1]
 
@@ -187,7 +170,7 @@ def radial_parameters(energy_gev, tau) -> tuple[np.ndarray, np.ndarray, np.ndarr
     ``energy_gev`` broadcastable against ``tau`` (e.g. (N, 1) and (N, 25)); homogeneous values
     plus the sampling-calorimeter corrections. Returns three arrays of the broadcast shape.
     """
-    med = calorimeter()["medium"]
+    med = layer_table()["medium"]
     z, lne, tau = med.z, np.log(energy_gev), np.asarray(tau)
     r_core = 0.0251 + 0.00319 * lne + (0.1162 - 0.000381 * z) * tau
     k4 = 0.3585 + 0.0412 * lne
@@ -237,7 +220,7 @@ def cell_fractions(radius_cells) -> np.ndarray:
 
 def _layer_means(e: np.ndarray, rng: np.random.Generator):
     """Mean deposits layer-first (N, 25, 25, 25) float32, layer energies (N, 25), back leakage."""
-    geo = calorimeter()
+    geo = layer_table()
     shape = profile_parameters(e, rng)
     frac, leak = layer_fractions(shape["alpha"], shape["beta"])
     # Depth relative to the centre of gravity, scaled to the mean shower's T (Geant4 GFLASH).
@@ -303,14 +286,14 @@ def fluctuate(mean_visible, rng: np.random.Generator) -> np.ndarray:
 
     n ~ Poisson(mean / q) quanta per cell, each of energy Gamma(QUANTUM_SHAPE) with mean q, so
     that the variance is ``RESOLUTION**2 * SAMPLING_FRONT`` x mean for any quantum shape; cells
-    under ``THRESHOLD_GEV`` are zeroed. Returns float32.
+    under ``CELL_THRESHOLD_GEV`` are zeroed. Returns float32.
     """
     k = QUANTUM_SHAPE
     quantum = RESOLUTION**2 * SAMPLING_FRONT / (1 + 1 / k)  # visible GeV per quantum
     mean = np.ascontiguousarray(mean_visible, dtype=np.float32)
     hit, n = _poisson(mean.reshape(-1) / np.float32(quantum), rng)
     values = (rng.standard_gamma(k * n) * (quantum / k)).astype(np.float32)
-    values[values < THRESHOLD_GEV] = 0.0
+    values[values < CELL_THRESHOLD_GEV] = 0.0
     out = np.zeros(mean.size, dtype=np.float32)
     out[hit] = values
     return out.reshape(mean.shape)
@@ -327,7 +310,7 @@ def generate(energies, seed=None, *, rng: np.random.Generator | None = None) -> 
         raise ValueError("energies must be a 1-D array of finite primary energies above 0.1 GeV")
     rng = rng if rng is not None else np.random.default_rng(seed)
     out = np.empty((e.size, N_CELLS, N_CELLS, N_LAYERS), dtype=np.float32)
-    sampling = calorimeter()["sampling"].astype(np.float32)[:, None, None]
+    sampling = layer_table()["sampling"].astype(np.float32)[:, None, None]
     for lo in range(0, e.size, CHUNK):
         cells = _layer_means(e[lo:lo + CHUNK], rng)[0]  # layer-first: contiguous for fluctuate
         cells *= sampling  # visible = deposited x sampling fraction of the layer
@@ -339,222 +322,6 @@ def generator_parameters() -> dict:
     """Everything that determines the generated showers (recorded in data manifests)."""
     return {"version": GENERATOR_VERSION, "sampling_front": SAMPLING_FRONT,
             "back_to_front": BACK_TO_FRONT, "resolution": RESOLUTION,
-            "quantum_shape": QUANTUM_SHAPE, "threshold_gev": THRESHOLD_GEV,
+            "quantum_shape": QUANTUM_SHAPE, "threshold_gev": CELL_THRESHOLD_GEV,
             "pitch_mm": PITCH_MM, "layers": [[FRONT_LAYERS, FRONT_W_MM], [BACK_LAYERS, BACK_W_MM]],
             "silicon_mm": SILICON_MM, "chunk": CHUNK}
-
-
-# ---------------------------------------------------------------------------------------------
-# Self-checks: the numbers physics.md asks of any shower sample (synthetic or real)
-
-def resolution_fit(energy_gev, rel_sigma, n_showers) -> dict:
-    """Fit sigma/E = a / sqrt(E/GeV) (+) b to relative resolutions ``rel_sigma`` at ``energy_gev``.
-
-    Least squares in (sigma/E)^2 = a^2/E + b^2, weighted by the 1/sqrt(2 n) relative error of a
-    standard deviation of ``n_showers`` showers. Returns ``a`` (GeV^0.5) and ``b``.
-    """
-    e, rel = np.asarray(energy_gev, float), np.asarray(rel_sigma, float)
-    weight = np.sqrt(np.broadcast_to(np.asarray(n_showers, float), e.shape) / 2) / rel**2
-    design = np.c_[1 / e, np.ones_like(e)] * weight[:, None]
-    (a2, b2), *_ = np.linalg.lstsq(design, rel**2 * weight, rcond=None)
-    return {"a": float(np.sqrt(max(a2, 0.0))), "b": float(np.sqrt(max(b2, 0.0)))}
-
-
-def _bin_numbers(x: np.ndarray, e: np.ndarray) -> dict:
-    """The numbers of :func:`summary` for showers ``x`` (n, 25, 25, 25) of energies ``e`` (n,)."""
-    z = x.sum(axis=(1, 2), dtype=np.float64)  # (n, 25) energy per layer
-    px = x.sum(axis=(2, 3), dtype=np.float64)  # (n, 25) energy per x cell
-    frac, reco = z.sum(axis=1) / e, z @ (1.0 / calorimeter()["sampling"]) / e
-    w, cells = px / px.sum(axis=1, keepdims=True), np.arange(px.shape[1])
-    fit = float(sampling_fraction_fit(e).mean())
-    return {"n": len(e), "sampling_fraction": float(frac.mean()),
-            "sampling_fraction_sem": float(frac.std() / np.sqrt(len(frac))), "fit": fit,
-            "ratio_to_fit": float(frac.mean() / fit),
-            "max_layer": int(np.argmax(z.mean(axis=0))),
-            "mean_depth_layers": float(z.sum(axis=0) @ np.arange(z.shape[1]) / z.sum()),
-            "hits": float((x > 2e-4).sum(axis=(1, 2, 3)).mean()),
-            "x_second_moment_cells2": float((w @ cells**2 - (w @ cells) ** 2).mean()),
-            "resolution_visible": float(frac.std() / frac.mean()),
-            "resolution_reconstructed": float(reco.std() / reco.mean())}
-
-
-def summary(ecal, energy, energies, halfwidth: float = 5.0) -> dict:
-    """Headline numbers per energy bin [E - halfwidth, E + halfwidth] GeV of showers ``ecal``
-    (N, 25, 25, 25) GeV with primary energies ``energy`` (N,) GeV.
-
-    Per bin: showers, mean sampling fraction (and its standard error) against the published
-    fit, layer of the maximum of the mean longitudinal profile, mean depth (layers), hits
-    (> 2e-4 GeV), x second moment (cells^2), and the relative resolution of the visible sum
-    and of the reconstructed energy (visible / layer sampling fraction), both per unit Ep.
-    Then the fits a/sqrt(E) (+) b of both resolutions. Bins with fewer than 2 showers are left out.
-    """
-    x, e = np.asarray(ecal), np.asarray(energy, np.float64)
-    rows = []
-    for centre in energies:
-        sel = np.abs(e - centre) <= halfwidth
-        if sel.sum() >= 2:
-            rows.append({"energy": float(centre), **_bin_numbers(x[sel], e[sel])})
-    out = {"bins": rows, "halfwidth_gev": halfwidth}
-    if len(rows) >= 2:
-        energies_, counts = [r["energy"] for r in rows], [r["n"] for r in rows]
-        for kind in ("visible", "reconstructed"):
-            out[f"resolution_fit_{kind}"] = resolution_fit(
-                energies_, [r[f"resolution_{kind}"] for r in rows], counts)
-        out["max_abs_deviation_from_fit"] = max(abs(r["ratio_to_fit"] - 1) for r in rows)
-    return out
-
-
-# ---------------------------------------------------------------------------------------------
-# Data sets on disk: files in the real schema, written in parallel, with a manifest
-
-_BLOCK = 512  # showers generated and written at a time inside one file
-_COUNTER = None  # showers done, shared with the parent's progress bar (set in workers)
-
-
-def _file_names(n_files: int) -> list[str]:
-    """``EleEscan_1_001.h5``...: zero-padded so that sorted order is generation order."""
-    width = max(3, len(str(n_files)))
-    return [f"EleEscan_1_{j:0{width}d}.h5" for j in range(1, n_files + 1)]
-
-
-def _make_file(task: tuple) -> dict:
-    """Write one file of the data set (runs in a worker); returns its manifest entry."""
-    from .datasets import sha256, shower_file
-
-    path, n, seed, index, e_min, e_max = task
-    rng = np.random.default_rng([seed, index])  # per file: output independent of worker count
-    # Round to float32 first so the stored label is exactly the energy the shower was made with.
-    energies = rng.uniform(e_min, e_max, n).astype(np.float32)
-    with shower_file(path, n) as f:
-        f["target"][:, 1] = energies
-        for lo in range(0, n, _BLOCK):
-            f["ECAL"][lo:lo + _BLOCK] = generate(energies[lo:lo + _BLOCK], rng=rng)
-            if _COUNTER is not None:
-                with _COUNTER.get_lock():
-                    _COUNTER.value += min(_BLOCK, n - lo)
-    return {"name": Path(path).name, "n_showers": n, "bytes": Path(path).stat().st_size,
-            "sha256": sha256(path)}
-
-
-def _init_worker(counter) -> None:
-    global _COUNTER
-    _COUNTER = counter
-
-
-def _run_tasks(tasks: list[tuple], workers: int, total: int, progress: bool) -> list[dict]:
-    """Run ``_make_file`` over ``tasks`` on ``workers`` processes with one progress bar."""
-    import multiprocessing as mp
-
-    from tqdm.auto import tqdm
-
-    # fork is cheapest and needs no import guard in the caller's script, but forking a process
-    # that runs TensorFlow's thread pools can deadlock the children: spawn then.
-    ctx = mp.get_context("spawn" if "tensorflow" in sys.modules else "fork")
-    counter = ctx.Value("q", 0)
-    with tqdm(total=total, unit="shower", disable=not progress, desc="showers") as bar:
-        if workers == 1:
-            _init_worker(counter)
-            try:
-                out = []
-                for task in tasks:
-                    out.append(_make_file(task))
-                    bar.update(counter.value - bar.n)
-                return out
-            finally:
-                _init_worker(None)
-        with ctx.Pool(workers, initializer=_init_worker, initargs=(counter,)) as pool:
-            result = pool.map_async(_make_file, tasks, chunksize=1)
-            while not result.ready():
-                result.wait(0.5)
-                bar.update(counter.value - bar.n)
-            out = result.get()  # re-raises a worker's exception here
-            bar.update(total - bar.n)
-            return out
-
-
-def _intact(folder: Path, manifest: dict) -> bool:
-    return all((folder / e["name"]).is_file() and (folder / e["name"]).stat().st_size == e["bytes"]
-               for e in manifest.get("files", []))
-
-
-def generate_dataset(data_cfg, *, progress: bool = True, workers: int | None = None) -> dict:
-    """Write ``data_cfg.n_showers`` showers into ``data_cfg.n_files`` files under ``data_cfg.path``.
-
-    Energies are uniform in [energy_min, energy_max] GeV; files are in the fixed-angle CLIC
-    schema and written atomically by ``workers`` processes (default: all cores); ``manifest.json``
-    beside them records the parameters, seed, counts and checksums and is written last. If a
-    manifest with the same parameters exists and its files are intact, nothing is regenerated.
-    Safe to call from several processes at once (a file lock serialises them). Returns the
-    manifest plus ``folder``, ``reused`` and, when generated, ``seconds`` and ``showers_per_s``.
-    """
-    import multiprocessing as mp
-    import time
-
-    from .datasets import MANIFEST
-    from .io import ensure_dir, provenance, read_json, write_json
-    from .paths import resolve_path
-    from .runtime import cpu_count
-
-    if getattr(mp.current_process(), "_inheriting", False):
-        # A spawned worker re-imports the caller's script: without a __main__ guard it would
-        # call us again and wait forever on the folder lock its parent holds.
-        raise RuntimeError("generate_dataset was called while a worker process was starting: "
-                           "put the calling script's code under `if __name__ == '__main__':`")
-    folder = ensure_dir(resolve_path(data_cfg.path))
-    params = {"generator": generator_parameters(), "seed": data_cfg.seed,
-              "n_showers": data_cfg.n_showers, "n_files": data_cfg.n_files,
-              "energy_min": data_cfg.energy_min, "energy_max": data_cfg.energy_max}
-    with _folder_lock(folder):
-        path = folder / MANIFEST
-        old = read_json(path) if path.is_file() else None
-        names = _file_names(data_cfg.n_files)
-        _refuse_foreign(folder, names, old)  # before anything is reused or deleted
-        if old and old.get("parameters") == params and _intact(folder, old):
-            return {**old, "folder": str(folder), "reused": True}
-        _clear(folder, old, path)
-        sizes = np.diff(np.linspace(0, data_cfg.n_showers, data_cfg.n_files + 1).astype(int))
-        tasks = [(folder / name, int(n), data_cfg.seed, i, data_cfg.energy_min, data_cfg.energy_max)
-                 for i, (name, n) in enumerate(zip(names, sizes))]
-        workers = max(1, min(workers or cpu_count(), len(tasks)))
-        start = time.perf_counter()
-        files = _run_tasks(tasks, workers, data_cfg.n_showers, progress)
-        seconds = time.perf_counter() - start
-        manifest = {"parameters": params, "files": files, "complete": True,
-                    "provenance": provenance({"workers": workers, "seconds": seconds})}
-        write_json(path, manifest)  # last: its presence means every file is complete
-    return {**manifest, "folder": str(folder), "reused": False, "seconds": seconds,
-            "showers_per_s": data_cfg.n_showers / seconds}
-
-
-def _refuse_foreign(folder: Path, names: list[str], old: dict | None) -> None:
-    """Raise if ``folder`` holds .h5 files that are neither ours nor to be written now."""
-    from .exceptions import OutputNotWritable
-
-    ours = set(names) | {entry["name"] for entry in (old or {}).get("files", [])}
-    foreign = sorted(p.name for p in folder.glob("*.h5") if p.name not in ours)
-    if foreign:
-        raise OutputNotWritable(
-            f"{folder} holds other .h5 files ({', '.join(foreign[:3])}...) that training would mix "
-            "with the synthetic showers; choose an empty folder (data.path) or remove them")
-
-
-def _clear(folder: Path, old: dict | None, manifest: Path) -> None:
-    """Remove the previous data set: its manifest first, then its files and stale temporaries."""
-    manifest.unlink(missing_ok=True)  # first, so an interrupted run never looks complete
-    for entry in (old or {}).get("files", []):
-        (folder / entry["name"]).unlink(missing_ok=True)
-    for part in folder.glob(".EleEscan_1_*"):  # temporary files of workers killed mid-file
-        part.unlink(missing_ok=True)
-
-
-@contextlib.contextmanager
-def _folder_lock(folder: Path) -> Iterator[None]:
-    """An exclusive lock on ``folder`` (so that concurrent callers generate only once)."""
-    import fcntl
-
-    with open(folder / ".generate.lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)

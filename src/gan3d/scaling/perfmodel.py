@@ -18,7 +18,7 @@ law with the serial fraction ``s`` (the test-loss evaluation when it runs on one
 ``S(p) = 1 / (s + (1 - s) / (p e))`` with ``e`` the training-only efficiency.
 
 Everything here is plain arithmetic on NumPy/SciPy: no TensorFlow. Units: seconds, bytes, FLOP.
-The FLOP counts come from :mod:`gan3d.model` (``REFERENCE_COUNTS`` records them; a test checks).
+The FLOP counts come from :mod:`gan3d.gan.model` (``REFERENCE_COUNTS`` records them; a test checks).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ __all__ = [
     "calibrate", "paper_hardware", "paper_sustained_rate", "paper_jitter", "crossover_workers",
 ]
 
-# Counted by gan3d.model.forward_flops / trainable parameters of build_generator/discriminator.
+# Counted by gan3d.gan.model.forward_flops / trainable parameters of build_generator/discriminator.
 REFERENCE_COUNTS = {
     "d_forward_flops": 1_572_204_748,   # FLOP per shower, discriminator forward
     "g_forward_flops": 511_759_385,     # FLOP per shower, generator forward
@@ -124,9 +124,9 @@ def threedgan_workload(counts: dict | None = None, *, frozen_weight_grads: bool 
                        allreduces: Sequence[str] = ("D", "D", "G", "G"), **sizes) -> Workload:
     """The 3DGAN step from layer counts (default :data:`REFERENCE_COUNTS`).
 
-    Step FLOPs follow :func:`gan3d.model.step_flops`: ``(6 + 2k) D + 7 G`` with k = 2 (frozen D's
-    weight gradients pruned) or 3. Evaluation per test shower: D on it, G and D on a fake, and the
-    combined G+D (``3 D + 2 G``). ``allreduces`` lists the gradient all-reduces of one step: the
+    Step FLOPs follow :func:`gan3d.gan.model.step_flops`: ``(6 + 2k) D + 7 G`` with k = 2
+    (frozen D's weight gradients pruned) or 3. Evaluation per test shower: D on it, G and D on a
+    fake, and the combined G+D (``3 D + 2 G``). ``allreduces`` lists the gradient all-reduces of one step: the
     paper's Keras ``train_on_batch`` calls gave D, D, G, G (4 bytes per trainable parameter).
     """
     c = dict(REFERENCE_COUNTS, **(counts or {}))

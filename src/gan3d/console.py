@@ -1,0 +1,89 @@
+"""What the package tells its user: log messages in one format, and tqdm progress bars.
+
+Every module logs through ``console.get_logger(__name__)``; the first call gives the ``gan3d``
+logger one handler (unless the application configured logging itself), so that messages look the
+same from the command line, a notebook, an MPI rank and an ipyparallel engine::
+
+    12:03:07 gan3d.gan.training: resuming after epoch 2 from results/train/checkpoints/...
+    12:03:09 gan3d.gan.training [rank 1]: WARNING ...
+
+In a job of several ranks only rank 0 logs information; the others log warnings and errors,
+marked with their rank (:func:`set_rank`, called by :func:`gan3d.parallel.distributed.init`).
+Long work shows a tqdm bar (:func:`progress`), on rank 0 only. ``GAN3D_LOG_LEVEL`` (e.g.
+``DEBUG``) sets the level, ``GAN3D_PROGRESS=0`` turns the bars off.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+from tqdm.auto import tqdm
+
+__all__ = ["get_logger", "set_rank", "progress", "FORMAT"]
+
+FORMAT = "%(asctime)s %(name)s%(rank)s: %(message)s"
+_DATE = "%H:%M:%S"
+_RANK = {"rank": 0, "size": 1}
+
+
+class _CurrentStderr(logging.StreamHandler):
+    """A handler that writes to whatever ``sys.stderr`` is at the time of the message (Jupyter,
+    ipyparallel and pytest replace it), not the one that existed when it was made."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value):  # StreamHandler.__init__ assigns it; the property always wins
+        pass
+
+
+class _RankFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.rank = f" [rank {_RANK['rank']}]" if _RANK["size"] > 1 and _RANK["rank"] else ""
+        return True
+
+
+def _configure() -> logging.Logger:
+    root = logging.getLogger("gan3d")
+    if not getattr(root, "_gan3d_configured", False):
+        root._gan3d_configured = True  # type: ignore[attr-defined]
+        root.setLevel(os.environ.get("GAN3D_LOG_LEVEL", "INFO").upper())
+        if not logging.getLogger().handlers:  # the application has not configured logging
+            handler = _CurrentStderr()
+            handler.setFormatter(logging.Formatter(FORMAT, _DATE))
+            handler.addFilter(_RankFilter())
+            root.addHandler(handler)
+            root.propagate = False
+        else:
+            root.addFilter(_RankFilter())
+    return root
+
+
+def get_logger(name: str) -> logging.Logger:
+    """The logger of module ``name`` (a ``gan3d.*`` dotted name), with the package's format."""
+    _configure()
+    return logging.getLogger(name)
+
+
+def set_rank(rank: int, size: int) -> None:
+    """This process is rank ``rank`` of ``size``: other ranks than 0 log warnings and errors only."""
+    _RANK.update(rank=rank, size=size)
+    root = _configure()
+    if rank != 0:
+        root.setLevel(max(root.level, logging.WARNING))
+
+
+def progress(iterable=None, *, total: float | None = None, desc: str | None = None,
+             unit: str = "it", disable: bool | None = None, **kwargs) -> tqdm:
+    """A tqdm bar in the package's style (rank 0 only, off with ``GAN3D_PROGRESS=0``).
+
+    Use as ``for x in progress(items, desc="bins")`` or ``with progress(total=n) as bar``.
+    """
+    off = _RANK["rank"] != 0 or os.environ.get("GAN3D_PROGRESS", "1") == "0"
+    return tqdm(iterable, total=total, desc=desc, unit=unit, file=sys.stderr,
+                disable=off if disable is None else (disable or off), dynamic_ncols=True,
+                **kwargs)

@@ -1,0 +1,8 @@
+"""3DGAN itself: the networks, the training step, the training loop and what it records.
+
+* :mod:`~gan3d.gan.model` - generator and discriminator (Keras 3), their FLOPs, save and load;
+* :mod:`~gan3d.gan.step` - one data-parallel training step: losses, four updates, evaluation;
+* :mod:`~gan3d.gan.training` - ``train(config)`` for every launcher, and the step-rate probe;
+* :mod:`~gan3d.gan.checkpoints` - atomic checkpoints for an exact resume;
+* :mod:`~gan3d.gan.history` - ``history.jsonl``, TensorBoard scalars and the progress bar.
+"""

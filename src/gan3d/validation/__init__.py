@@ -1,0 +1,13 @@
+"""Is a trained generator physically right? Shower features, metrics, the study, and its speed.
+
+* :mod:`~gan3d.validation.physics` - shower features in pure NumPy, and known distortions;
+* :mod:`~gan3d.validation.metrics` - separation power, Wasserstein, classifier test, FPD/KPD;
+* :mod:`~gan3d.validation.study` - generators against reference showers per energy bin;
+* :mod:`~gan3d.validation.speed` - GAN inference speed against the synthetic generator and Geant4.
+
+The functions of gan3d 0.1's ``gan3d.validation`` module are still found here.
+"""
+
+from .._compat import package_getattr
+
+__getattr__ = package_getattr(__name__, ("gan3d.validation.study", "gan3d.validation.speed"))

@@ -1,0 +1,121 @@
+"""How fast the GAN simulates showers: inference on this machine, the synthetic generator, Geant4.
+
+:func:`inference_speed` measures GAN inference (showers per second at several batch sizes, in
+float32 and bfloat16) next to the synthetic generator; :data:`PUBLISHED_SPEED` holds published
+numbers for Geant4 on this calorimeter, with their source. ``bench/bench_inference.py`` runs it.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from .. import console
+from ..data import showers
+from ..io import provenance
+
+__all__ = ["PUBLISHED_SPEED", "inference_speed", "speed_table"]
+
+log = console.get_logger(__name__)
+
+# Published speed of Geant4 relative to 3DGAN for this calorimeter, quoted with its source. There
+# is no Geant4 here, so its showers/s on this machine can only be *estimated* from the published
+# ratio and the GAN speed measured here (done in :func:`inference_speed`, and labelled so).
+PUBLISHED_SPEED: list[dict] = [{
+    "label": "Geant4 (estimate from published ratio)",
+    "gan_int8_over_geant4": 67000.0,  # "total speed-up ... (67 000x)" for the int8 3DGAN
+    "int8_over_float32": 1.73,  # "1.73x speed-up ... compared to the initial float32 model"
+    "source": ("F. Rehm, S. Vallecorsa, V. Saletore et al., Reduced Precision Strategies for Deep "
+               "Learning: A High Energy Physics Generative Adversarial Network Use Case, ICPRAM "
+               "2021, pp. 251-258, doi:10.5220/0010245002510258 (conclusions): 3DGAN on Intel "
+               "CPUs, CLIC electromagnetic calorimeter showers"),
+    "caveat": ("order of magnitude only: the ratio was measured on other hardware, where the GAN "
+               "used a whole multi-core Intel server; Geant4 simulates one shower per core"),
+}]
+
+
+def speed_table(speed: dict) -> str:
+    """A Markdown table of :func:`inference_speed` output, the published estimate last."""
+    lines = ["| source | precision | batch | showers/s |", "|---|---|---|---|"]
+    for r in speed["rows"]:
+        lines.append(f"| {r['source']} | {r['precision']} | {r['batch_size']} | "
+                     f"{r['showers_per_s']:.3g} |")
+    for p in speed.get("published", []):
+        if p.get("showers_per_s"):
+            lines.append(f"| {p['label']} | - | - | {p['showers_per_s']:.2g} |")
+    return "\n".join(lines)
+
+
+def _time_calls(fn, n_calls: int) -> float:
+    t = time.perf_counter()
+    for _ in range(n_calls):
+        fn()
+    return time.perf_counter() - t
+
+
+def _gan_rows(base, batch_sizes, precisions, min_showers: int, max_seconds: float,
+              repeats: int, seed: int, progress: bool) -> list[dict]:
+    """Timed ``predict_on_batch`` per batch size; precisions interleaved repeat by repeat so
+    that their ratio is measured under the same machine state."""
+    from ..gan import model  # imports TensorFlow
+
+    nets = {}
+    for p in precisions:
+        nets[p] = base if p == "float32" else model.build_generator(dtype="mixed_" + p)
+        if nets[p] is not base:
+            nets[p].set_weights(base.get_weights())
+    rows = []
+    for b in batch_sizes:
+        latent = model.latent_vectors(np.linspace(10, 500, b), seed)
+        calls, runs = {}, {p: [] for p in nets}
+        for p, net in nets.items():
+            net.predict_on_batch(latent)  # warm-up: traces and compiles the predict function
+            once = _time_calls(lambda net=net: net.predict_on_batch(latent), 1)
+            calls[p] = max(1, min(-(-min_showers // b), int(max_seconds / once)))
+        for _ in range(repeats):
+            for p, net in nets.items():
+                t = _time_calls(lambda net=net: net.predict_on_batch(latent), calls[p])
+                runs[p].append(calls[p] * b / t)
+        for p in nets:
+            rows.append({"source": "GAN", "precision": p, "batch_size": b,
+                         "showers_per_s": float(np.median(runs[p])), "runs": runs[p]})
+            if progress:
+                log.info("GAN %-8s batch %4d: %8.2f showers/s", p, b, rows[-1]["showers_per_s"])
+    return rows
+
+
+def inference_speed(generator=None, batch_sizes=(1, 8, 32), precisions=("float32", "bfloat16"),
+                    min_showers: int = 64, max_seconds: float = 2.0, repeats: int = 3,
+                    synthetic: bool = True, seed: int = 0, progress: bool = False) -> dict:
+    """Showers per second of GAN inference and of the synthetic generator: medians of
+    ``repeats`` timings, each of ``min_showers`` showers or ``max_seconds`` (whichever comes
+    first, at least one call), after an untimed warm-up call.
+
+    The GAN's speed does not depend on its weights: without ``generator`` an untrained one is
+    timed. bfloat16 uses Keras' ``mixed_bfloat16`` policy with the same weights (fast only on
+    CPUs with bfloat16 instructions; elsewhere it is emulated).
+    """
+    from ..gan import model  # imports TensorFlow
+
+    base = generator if generator is not None else model.build_generator()
+    rows = _gan_rows(base, batch_sizes, precisions, min_showers, max_seconds, repeats, seed,
+                     progress)
+    if synthetic:
+        e = np.random.default_rng(seed).uniform(10, 500, max(min_showers, 64))
+        runs = [len(e) / _time_calls(lambda: showers.generate(e, seed), 1) for _ in range(repeats)]
+        rows.append({"source": "synthetic generator", "precision": "float32",
+                     "batch_size": len(e), "showers_per_s": float(np.median(runs)), "runs": runs})
+    return {"provenance": provenance(), "rows": rows, "published": _geant4_estimate(rows)}
+
+
+def _geant4_estimate(rows: list[dict]) -> list[dict]:
+    """Published ratios turned into an estimated Geant4 speed on this machine: the best float32
+    GAN speed measured here divided by the published float32-3DGAN / Geant4 ratio."""
+    fp32 = [r["showers_per_s"] for r in rows if r["source"] == "GAN" and r["precision"] == "float32"]
+    out = []
+    for pub in PUBLISHED_SPEED:
+        ratio = pub["gan_int8_over_geant4"] / pub["int8_over_float32"]  # float32 GAN / Geant4
+        out.append(dict(pub, gan_float32_over_geant4=ratio,
+                        showers_per_s=max(fp32) / ratio if fp32 else None))
+    return out
