@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import h5py
+import numpy as np
 import pytest
 
 from gan3d import runtime
@@ -41,3 +43,38 @@ def run_notebook(tmp_path):
         return out
 
     return run
+
+
+# ---------------------------------------------------------------------------------------------
+# Shower files written without the package's writer (so the readers are tested independently)
+
+
+def random_showers(n, seed=0, first_energy=10.0):
+    """Sparse random showers (n, 25, 25, 25) GeV with distinct energies (they identify showers)."""
+    rng = np.random.default_rng(seed)
+    ecal = (rng.random((n, 25, 25, 25)) < 0.05) * rng.exponential(1e-3, (n, 25, 25, 25))
+    return ecal.astype(np.float32), (first_energy + np.arange(n)).astype(np.float32)
+
+
+def write_h5(path, **arrays):
+    """An HDF5 file with one dataset per keyword, written by h5py directly."""
+    with h5py.File(path, "w") as f:
+        for k, v in arrays.items():
+            f[k] = v
+    return path
+
+
+def fixed_file(path, ecal, energy):
+    """A fixed-angle file as the real CLIC data lay it out: ECAL and target (PDG id, energy)."""
+    return write_h5(path, ECAL=ecal, target=np.c_[np.full(len(energy), 11.0), energy])
+
+
+@pytest.fixture(scope="session")
+def gan_step():
+    """The full 3DGAN step of one process (world size 1), built once per test session."""
+    from gan3d import config
+    from gan3d.gan import training
+    from gan3d.parallel import distributed
+
+    distributed.init()
+    return training._build_step(config.resolve("quick", {"train.seed": 3}))

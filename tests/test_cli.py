@@ -5,12 +5,15 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 
 def gan3d(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "gan3d", *args], capture_output=True, text=True,
                           timeout=timeout)
 
 
+@pytest.mark.slow
 def test_doctor_reports_a_complete_environment():
     res = gan3d("doctor")
     assert res.returncode == 0, res.stdout + res.stderr

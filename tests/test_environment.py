@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,6 +64,7 @@ def test_horovod_has_tensorflow_mpi_and_gloo():
     assert hvd.mpi_built() and hvd.gloo_built()
 
 
+@pytest.mark.slow
 def test_doctor_reports_no_problem():
     from gan3d.doctor import collect
 

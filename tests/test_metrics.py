@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gan3d import metrics, physics, showers
+from gan3d.data import showers
+from gan3d.validation import metrics, physics
 
 N = 1000  # showers per sample: about 2 s to generate, enough for 3-sigma statements
 

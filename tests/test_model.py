@@ -11,7 +11,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from gan3d import model
+from gan3d.gan import model
 from gan3d.exceptions import CheckpointError
 
 
@@ -122,7 +122,7 @@ def test_saved_generator_loads_under_jax(nets, tmp_path):
     np.save(tmp_path / "expected.npy", expected)
     code = textwrap.dedent(f"""
         import numpy as np
-        from gan3d import model
+        from gan3d.gan import model
         import keras
         assert keras.backend.backend() == "jax"
         got = model.generate_showers(model.load_generator({str(path)!r}), [50.0, 300.0], seed=2)

@@ -32,27 +32,28 @@ def test_notebook_03_measures_and_draws_everything(run_notebook, tmp_path):
                  "overall_time.md", "scaling_summary.json"):
         assert (res / name).is_file(), name
     s = json.loads((res / "scaling_summary.json").read_text())
-    # The performance checks (model within 10 % of the 2-worker step; distributed
-    # evaluation within 3 points of training-only efficiency) are timings: they are computed and
-    # reported by the notebook and the benchmarks, and judged on a quiet machine, not asserted
-    # here where other jobs share the cores. What must hold whatever the load:
-    here = s["model_here"]
-    assert here["predicted_step_2_s"] > 0 and here["measured_step_2_s"] > 0
-    assert isinstance(here["within_10_percent"], bool)
-    overall = s["overall_measured"]
-    assert isinstance(overall["distributed_within_3_points"], bool)
-    assert 0 < overall["serial_fraction_measured"] < 1
-    assert s["compute_bound_here"]
+    assert s["config"]["scale"]["steps"] == 4 and s["provenance"]["gan3d"]
+    # Timings (the model within 10 % of the 2-worker step, distributed evaluation within 3 points)
+    # are reported by the notebook and the benchmarks, judged on a quiet machine, not asserted
+    # here where other jobs share the cores. What holds whatever the load:
+    scale = json.loads((res / "scaling_weak.json").read_text())
+    assert [p["workers"] for p in scale["points"]] == [1, 2]
+    assert all(len(p["step_times_s"]) == 4 for p in scale["points"])  # 4 timed steps x 1 repeat
+    overall = json.loads((res / "overall_time.json").read_text())
+    p1 = overall["runs"]["serial_p1"]  # the summary's serial fraction is the 1-worker run's
+    assert s["overall_measured"]["serial_fraction_measured"] == pytest.approx(
+        p1["eval_s"] / p1["epoch_s"])
     assert s["paper_model"]["model_efficiency_12"] > s["paper_model"]["published_efficiency_12"]
-    # Horovod's timeline of the real 3DGAN step: D's gradients twice, G's twice and the 8 losses
-    # (gan3d.step), the losses possibly fused with G's last gradients by Horovod.
+    # Horovod's timeline of the real 3DGAN step, however Horovod fused the tensors this time:
+    # D's 13 gradient tensors twice, G's 18 twice, and the step's 8 losses in one tensor.
     tl = json.loads((res / "timeline_breakdown.json").read_text())
-    assert tl["collectives_per_step"] in (4, 5)
+    assert tl["steps"] == 4 and tl["tensors_per_step"] == 2 * 13 + 2 * 18 + 1
+    assert sum(m["tensors"] for m in tl["messages"]) == 2 * 13 + 2 * 18 + 1
     assert sum(m["bytes"] for m in tl["messages"]) == 2 * 4 * 73_402 + 2 * 4 * 872_808 + 4 * 8
-    assert sorted(m["tensors"] for m in tl["messages"]) in ([13, 14, 18, 18], [1, 13, 13, 18, 18])
     m = tl["mean"]
     assert m["compute_fraction"] + m["wait_fraction"] + m["comm_fraction"] == pytest.approx(1.0)
-    assert m["step_s"] == pytest.approx(tl["measured_step_time_s"], rel=0.35)
+    for step in tl["per_step"]:  # a misread timeline gives negative spans
+        assert min(step["wait_s"]) >= 0 and min(step["compute_s"]) >= 0 and step["comm_s"] >= 0
     nb = nbformat.read(out, as_version=4)
     assert not [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
                 if o.get("output_type") == "error"]

@@ -34,7 +34,7 @@ def test_committed_without_outputs_and_with_parameters():
 
 
 def test_notebook_runs_and_writes_figures(run_notebook, tmp_path):
-    from gan3d import model
+    from gan3d.gan import model
 
     ckpt = tmp_path / "train_1w"
     model.save_generator(model.build_generator(), ckpt / "generator.keras")

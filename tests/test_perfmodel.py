@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from gan3d import perfmodel as pm
+from gan3d.scaling import perfmodel as pm
 
 WL = pm.threedgan_workload()
 LINK = pm.Link(bandwidth=1e9, latency=10e-6)
@@ -21,7 +21,7 @@ def _hw(**kw) -> pm.Hardware:
 def test_reference_counts_are_the_models():
     import numpy as np
 
-    from gan3d import model
+    from gan3d.gan import model
 
     g, d = model.build_generator(), model.build_discriminator()
     assert pm.REFERENCE_COUNTS == {

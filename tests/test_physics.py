@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gan3d import physics
+from gan3d.validation import physics
 
 SHAPE = (25, 25, 25)
 

@@ -53,6 +53,7 @@ def _run(project, **kwargs):
                      verbose=False, **kwargs)
 
 
+@pytest.mark.slow
 def test_runs_in_order_publishes_figures_and_index(project):
     summary = _run(project)
     assert summary.ok and [r.status for r in summary.records] == ["ran"] * 4
@@ -65,6 +66,7 @@ def test_runs_in_order_publishes_figures_and_index(project):
     assert list((project / "results" / "pipeline").glob("run-*.json"))
 
 
+@pytest.mark.slow
 def test_second_run_skips_and_a_change_redoes_that_step_and_later_ones(project):
     _run(project)
     again = _run(project)
@@ -80,6 +82,7 @@ def test_second_run_skips_and_a_change_redoes_that_step_and_later_ones(project):
     assert [r.status for r in forced.records] == ["ran"] * 4
 
 
+@pytest.mark.slow
 def test_failure_names_notebook_and_cell_and_keeps_earlier_figures(project):
     _run(project)
     fig = project / "figures" / f"{STEPS[2].name}_fig.png"
@@ -99,6 +102,7 @@ def test_failure_names_notebook_and_cell_and_keeps_earlier_figures(project):
     assert [r.status for r in _run(project).records] == ["skipped", "skipped", "ran", "ran"]
 
 
+@pytest.mark.slow
 def test_cli_exit_status_is_nonzero_on_failure(project, monkeypatch):
     from gan3d import cli, pipeline
 

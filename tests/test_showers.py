@@ -9,9 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gan3d import datasets, showers
-from gan3d.config import resolve
-from gan3d.exceptions import OutputNotWritable
+from gan3d.data import calorimeter, showers
+from gan3d.validation import physics
 
 ENERGIES = (10.0, 20.0, 50.0, 100.0, 200.0, 500.0)
 N_PER_ENERGY = 500
@@ -32,11 +31,11 @@ def test_effective_medium_matches_the_reference_values():
     assert front.fs == pytest.approx(1.45, rel=0.01)
     assert front.ehat == pytest.approx(0.70, rel=0.01)
     assert showers.effective_medium(4.8).x0_mm == pytest.approx(3.85, rel=0.01)
-    assert showers.calorimeter()["edges"][-1] == pytest.approx(22.7, abs=0.1)  # ~23 X0 deep
+    assert showers.layer_table()["edges"][-1] == pytest.approx(22.7, abs=0.1)  # ~23 X0 deep
 
 
 def test_published_fit_values():
-    fit = showers.sampling_fraction_fit([10.0, 100.0, 500.0])
+    fit = calorimeter.sampling_fraction_fit([10.0, 100.0, 500.0])
     np.testing.assert_allclose(fit, [0.021831, 0.020188, 0.0181], rtol=1e-4)
 
 
@@ -97,7 +96,7 @@ def test_generate_is_deterministic_and_well_formed():
     np.testing.assert_array_equal(a, b)
     assert not np.array_equal(a, showers.generate(e, seed=6))
     assert np.all(np.isfinite(a)) and a.min() >= 0
-    assert np.all((a == 0) | (a >= showers.THRESHOLD_GEV))
+    assert np.all((a == 0) | (a >= calorimeter.CELL_THRESHOLD_GEV))
     for bad in ([np.nan], [-5.0], [[10.0, 20.0]]):
         with pytest.raises(ValueError, match="energies"):
             showers.generate(bad, seed=0)
@@ -107,7 +106,7 @@ def test_mean_sampling_fraction_follows_the_published_fit(sample):
     for e, x in sample.items():
         frac = x.sum(axis=(1, 2, 3)) / e
         stderr = frac.std() / np.sqrt(len(frac)) / frac.mean()  # ~0.3 %
-        ratio = frac.mean() / showers.sampling_fraction_fit(e)
+        ratio = frac.mean() / calorimeter.sampling_fraction_fit(e)
         assert abs(ratio - 1) < 0.03 + 4 * stderr, f"{e} GeV: {ratio:.4f} of the fit"
 
 
@@ -146,7 +145,7 @@ def test_hits_rise_with_energy(sample):
 
 def test_energy_resolution_falls_like_inverse_sqrt_energy(sample):
     """sigma/E of the reconstructed energy (visible / layer sampling fraction) = a/sqrt(E) (+) b."""
-    weights = 1.0 / showers.calorimeter()["sampling"]
+    weights = 1.0 / showers.layer_table()["sampling"]
     e = np.array(ENERGIES)
     rel = np.array([(r := x.sum(axis=(1, 2)) @ weights).std() / r.mean() for x in sample.values()])
     # Least squares of (sigma/E)^2 = a^2 / E + b^2, weighted by the 1/sqrt(2n) error of sigma.
@@ -160,86 +159,16 @@ def test_energy_resolution_falls_like_inverse_sqrt_energy(sample):
     assert np.all(np.diff(rel) < 0)
 
 
-# ---------------------------------------------------------------------------------------------
-# Data sets on disk
-
-def _cfg(folder, **kw):
-    over = {"data.path": str(folder), "data.n_showers": 60, "data.n_files": 3}
-    over.update({f"data.{k}": v for k, v in kw.items()})
-    return resolve("quick", over).data
-
-
-def test_generate_dataset_files_manifest_and_round_trip(tmp_path):
-    cfg = _cfg(tmp_path, energy_min=20.0, energy_max=300.0)
-    m = showers.generate_dataset(cfg, progress=False, workers=1)
-    files = datasets.list_files(tmp_path)
-    assert [f.name for f in files] == [f"EleEscan_1_00{j}.h5" for j in (1, 2, 3)]
-    assert [e["n_showers"] for e in m["files"]] == [20, 20, 20] and not m["reused"]
-    assert datasets.check_files(tmp_path) == []
-    # The first file is exactly what the generator makes with that file's seed.
-    ecal, energy = datasets.read_showers(files[0])
-    rng = np.random.default_rng([cfg.seed, 0])
-    expect_e = rng.uniform(20.0, 300.0, 20).astype(np.float32)
-    np.testing.assert_array_equal(energy, expect_e)
-    np.testing.assert_array_equal(ecal, showers.generate(expect_e, rng=rng))
-
-
-def test_generate_dataset_reuses_and_does_not_depend_on_workers(tmp_path):
-    cfg = _cfg(tmp_path / "a")
-    one = showers.generate_dataset(cfg, progress=False, workers=1)
-    mtimes = [p.stat().st_mtime_ns for p in datasets.list_files(tmp_path / "a")]
-    again = showers.generate_dataset(cfg, progress=False)
-    assert again["reused"]
-    assert [p.stat().st_mtime_ns for p in datasets.list_files(tmp_path / "a")] == mtimes
-    two = showers.generate_dataset(_cfg(tmp_path / "b"), progress=False, workers=2)
-    assert [f["sha256"] for f in one["files"]] == [f["sha256"] for f in two["files"]]
-    # New parameters: the old set is replaced, not mixed.
-    new = showers.generate_dataset(_cfg(tmp_path / "a", n_files=2, seed=1), progress=False,
-                                   workers=1)
-    assert not new["reused"] and len(datasets.list_files(tmp_path / "a")) == 2
-
-
-def test_interrupted_generation_leaves_nothing_that_looks_complete(tmp_path, monkeypatch):
-    calls = []
-
-    def failing(energies, seed=None, *, rng=None):
-        calls.append(1)
-        if len(calls) == 2:
-            raise KeyboardInterrupt  # as if the user pressed Ctrl-C during the second file
-        return np.zeros((len(energies), 25, 25, 25), np.float32)
-
-    monkeypatch.setattr(showers, "generate", failing)
-    with pytest.raises(KeyboardInterrupt):
-        showers.generate_dataset(_cfg(tmp_path), progress=False, workers=1)
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".generate.lock", "EleEscan_1_001.h5"]
-    assert not (tmp_path / datasets.MANIFEST).exists()  # so the next call regenerates
-
-
-def test_generate_dataset_refuses_to_mix_with_foreign_files(tmp_path):
-    made = showers.generate_dataset(_cfg(tmp_path), progress=False, workers=1)
-    (tmp_path / "EleEscan_1_1.h5").write_bytes(b"real data, not ours")
-    with pytest.raises(OutputNotWritable, match="EleEscan_1_1.h5"):
-        showers.generate_dataset(_cfg(tmp_path, seed=3), progress=False, workers=1)
-    assert (tmp_path / "EleEscan_1_1.h5").read_bytes() == b"real data, not ours"
-    # Nothing of the previous set was touched, and it is not reused while the stranger is there.
-    assert [p.name for p in datasets.list_files(tmp_path)] == sorted(
-        ["EleEscan_1_1.h5"] + [f["name"] for f in made["files"]])
-    with pytest.raises(OutputNotWritable):
-        showers.generate_dataset(_cfg(tmp_path), progress=False)
-    (tmp_path / "EleEscan_1_1.h5").unlink()
-    assert showers.generate_dataset(_cfg(tmp_path), progress=False)["reused"]
-
-
 def test_resolution_fit_recovers_known_terms():
     e = np.array([10.0, 30.0, 100.0, 300.0])
-    fit = showers.resolution_fit(e, np.hypot(0.17 / np.sqrt(e), 0.01), 500)
+    fit = physics.resolution_fit(e, np.hypot(0.17 / np.sqrt(e), 0.01), 500)
     assert fit["a"] == pytest.approx(0.17, rel=1e-6) and fit["b"] == pytest.approx(0.01, rel=1e-5)
 
 
 def test_summary_agrees_with_the_laws(sample):
     x = np.concatenate(list(sample.values()))
     e = np.repeat(ENERGIES, N_PER_ENERGY)
-    out = showers.summary(x, e, [20.0, 100.0, 500.0, 1000.0])  # 1000 GeV: no showers, no row
+    out = physics.sample_summary(x, e, [20.0, 100.0, 500.0, 1000.0])  # 1000 GeV: no showers, no row
     assert [b["energy"] for b in out["bins"]] == [20.0, 100.0, 500.0]
     assert all(b["n"] == N_PER_ENERGY for b in out["bins"])
     assert out["max_abs_deviation_from_fit"] < 0.03

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gan3d import topology
+from gan3d.scaling import topology
 from gan3d.plots import scaling as plots
 
 

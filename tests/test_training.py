@@ -8,11 +8,12 @@ import json
 import numpy as np
 import pytest
 
-from gan3d import checkpoints, config, step, training
+from gan3d import config
+from gan3d.gan import checkpoints, step, training
 from gan3d.exceptions import (CheckpointError, ConfigError, DataFileMissing, NonFiniteLoss,
                               OutputNotWritable)
-from gan3d.history import HISTORY_FIELDS, read_history
-from gan3d.model import load_generator
+from gan3d.gan.history import HISTORY_FIELDS, read_history
+from gan3d.gan.model import load_generator
 
 
 def _tiny(tmp, **extra):
@@ -20,65 +21,6 @@ def _tiny(tmp, **extra):
             "data.test_fraction": 0.25, "train.batch_size": 2, "train.steps_per_epoch": 2,
             "train.eval_fraction": 0.5, "train.epochs": 2, "train.output": str(tmp / "out")}
     return config.resolve("quick", {**base, **extra})
-
-
-# --- pieces of the step ------------------------------------------------------------------------
-
-def test_ecal_target_is_the_published_fit():
-    from gan3d.showers import sampling_fraction_fit
-
-    e_gev = np.array([10.0, 100.0, 250.0, 500.0])
-    got = np.asarray(step.ecal_target(e_gev / 100.0))
-    # Network units: GeV x 100 of the deposited energy E x sampling fraction.
-    np.testing.assert_allclose(got, e_gev * sampling_fraction_fit(e_gev) * 100.0, rtol=1e-5)
-    assert got[0] / 100 == pytest.approx(10.0 * 0.0218, rel=0.01)  # 2.2 % at 10 GeV
-
-
-def test_losses_match_keras_definitions():
-    import keras
-
-    y = np.array([1.0, 0.0, 1.0, 0.0], dtype=np.float32)
-    p = np.array([0.9, 0.2, 1.0, 0.0], dtype=np.float32)
-    ours = np.asarray(step._bce(y, p))
-    ref = np.asarray(keras.losses.binary_crossentropy(y[:, None], p[:, None]))
-    np.testing.assert_allclose(ours, ref, rtol=1e-5)
-    np.testing.assert_allclose(np.asarray(step._mape(np.float32(2.0), np.float32(1.5))), 25.0)
-
-
-@pytest.fixture(scope="module")
-def gan_step():
-    from gan3d import distributed
-
-    distributed.init()
-    return training._build_step(config.resolve("quick", {"train.seed": 3}))
-
-
-def test_draws_shapes_ranges_and_five_percent_flips(gan_step):
-    gan_step.reseed(3, 0, 0)
-    d = {k: np.asarray(v) for k, v in gan_step.draw(20_000).items()}
-    assert d["z_fake"].shape == (20_000, 200) and d["z_gen"].shape == (2, 20_000, 200)
-    assert d["e_gen"].shape == (2, 20_000)
-    assert 0.1 <= d["e_fake"].min() and d["e_fake"].max() <= 5.0  # 10-500 GeV in units of 100 GeV
-    for key in ("flip_real", "flip_fake"):
-        assert d[key].mean() == pytest.approx(0.05, abs=0.005)
-    assert abs(d["z_fake"].std() - 1.0) < 0.01
-
-
-def test_reseed_depends_on_rank_and_epoch_only(gan_step):
-    def seeds(rank, epoch):
-        gan_step.reseed(3, rank, epoch)
-        return [v.numpy().tolist() for v in gan_step.seed_variables()]
-
-    assert seeds(0, 1) == seeds(0, 1)
-    assert seeds(0, 1) != seeds(1, 1)
-    assert seeds(0, 1) != seeds(0, 2)
-    assert len(seeds(0, 0)) == 5  # step noise + the discriminator's four Dropout layers
-
-
-def test_optimiser_state_exists_before_the_first_step(gan_step):
-    # Built in the constructor, so that rank 0 can broadcast it before training starts.
-    n_g, n_d = len(gan_step.g.trainable_variables), len(gan_step.d.trainable_variables)
-    assert len(gan_step.optimizer_variables()) == (n_g + 2) + (n_d + 2)  # velocities + iter + lr
 
 
 def test_learning_rate_scaling_and_warmup():
@@ -179,29 +121,12 @@ def test_invalid_configs_are_named_errors():
         config.resolve("quick", {"train.batch_size": 0})
 
 
-def test_resume_refuses_other_settings_and_damaged_checkpoints(tmp_path, gan_step):
-    cfg = _tiny(tmp_path)
-    folder = tmp_path / "ck"
-    path = checkpoints.save_checkpoint(folder, 1, gan_step.state_variables(), cfg, [], 1)
-    meta, arrays = checkpoints.load_checkpoint(path)
-    checkpoints.check_compatible(meta, cfg.replace(**{"train.epochs": 9}), path)  # more epochs: fine
-    with pytest.raises(CheckpointError, match=r"train.batch_size: 2 -> 4"):
-        checkpoints.check_compatible(meta, cfg.replace(**{"train.batch_size": 4}), path)
-    with pytest.raises(CheckpointError, match="different model"):
-        checkpoints.restore_variables(gan_step.state_variables()[:-1], meta, arrays, path)
-    for epoch in (2, 3):
-        checkpoints.save_checkpoint(folder, epoch, gan_step.state_variables(), cfg, [], 1)
-    assert [p.name for p in sorted(folder.iterdir())] == ["epoch-0002.npz", "epoch-0003.npz"]
-    assert checkpoints.latest_checkpoint(folder).name == "epoch-0003.npz"
-    damaged = folder / "epoch-0004.npz"
-    damaged.write_bytes((folder / "epoch-0003.npz").read_bytes()[:1000])  # a truncated copy
-    with pytest.raises(CheckpointError, match="damaged"):
-        checkpoints.load_checkpoint(damaged)
+
 
 
 @pytest.mark.slow
 def test_measure_step_rate_numbers_are_consistent():
-    from gan3d.model import step_flops
+    from gan3d.gan.model import step_flops
     from gan3d.runtime import cpu_count
 
     cfg = config.resolve("quick", {"train.batch_size": 2})

@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gan3d import distributed, runtime
+from gan3d import runtime
+from gan3d.parallel.launch import launch
 from gan3d.exceptions import RankFailed
 
 SCRIPT = Path(__file__).resolve().parent / "mpi_scripts" / "training_checks.py"
@@ -34,7 +35,7 @@ def _tiny(tmp: Path, **extra) -> dict:
 
 
 def _launch(np_: int, out: Path, plan: list) -> None:
-    distributed.launch(np_, [sys.executable, str(SCRIPT), str(out), json.dumps(plan)],
+    launch(np_, [sys.executable, str(SCRIPT), str(out), json.dumps(plan)],
                        timeout=900, stream=False)
 
 
@@ -61,6 +62,8 @@ HALF = 2  # the equality check's per-rank batch; the 1-rank reference gets 2 x H
 def test_weights_are_bit_identical_on_all_ranks_after_steps(runs):
     r0, r1 = _ranks(runs / "sync")
     assert (r0["size"], r1["size"]) == (2, 2)
+    assert r0["initial"] != r1["initial"]  # each rank built its own weights: only the
+    # broadcast of rank 0's can make them equal (a missing broadcast fails below)
     assert r0["seeds"] != r1["seeds"]  # per-rank noise and dropout ...
     assert r0["trained"] == r1["trained"]  # ... yet every weight is bit-identical after 2 steps
     assert r0["optimiser"] == r1["optimiser"]  # RMSprop state too

@@ -10,14 +10,18 @@ import math
 import numpy as np
 import pytest
 
-from gan3d import config, datasets, physics, showers, validation
+from gan3d import config
+from gan3d.data import files, showers
+from gan3d.validation import physics
+from gan3d.validation.speed import inference_speed, speed_table
+from gan3d.validation import study as validation
 from gan3d.exceptions import CheckpointError, ConfigError
 
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     """A training output folder with an untrained generator and discriminator."""
-    from gan3d import model
+    from gan3d.gan import model
 
     folder = tmp_path_factory.mktemp("train_1w")
     model.save_generator(model.build_generator(), folder / "generator.keras")
@@ -113,7 +117,7 @@ def test_figures_show_the_summaries(small_run):
 def test_clic_reference_comes_from_held_out_files(tmp_path):
     for i in range(10):  # 9 training files, 1 held out (the last by name)
         e = np.full(8, 100.0 if i == 9 else 300.0)
-        datasets.write_showers(tmp_path / f"EleEscan_{i}_0.h5", showers.generate(e, i), e)
+        files.write_showers(tmp_path / f"EleEscan_{i}_0.h5", showers.generate(e, i), e)
     cfg = config.resolve("quick", {"data.source": "clic", "data.path": str(tmp_path),
                                    "validation.energy_bins": [100.0]})
     a, b = validation.reference_pair(cfg, "100", np.full(4, 100.0), seed=0)
@@ -123,6 +127,7 @@ def test_clic_reference_comes_from_held_out_files(tmp_path):
         validation.reference_pair(cfg, "300", np.full(4, 300.0), seed=0)
 
 
+@pytest.mark.slow
 def test_distortion_check_flags_each_distortion():
     check = validation.distortion_check(n_showers=400, seed=5)
     value = validation.metric_value
@@ -136,8 +141,8 @@ def test_distortion_check_flags_each_distortion():
 
 
 def test_inference_speed_rows_and_geant4_estimate():
-    speed = validation.inference_speed(batch_sizes=(2,), min_showers=2, repeats=1,
-                                       precisions=("float32", "bfloat16"))
+    speed = inference_speed(batch_sizes=(2,), min_showers=2, repeats=1,
+                            precisions=("float32", "bfloat16"))
     gan = [r for r in speed["rows"] if r["source"] == "GAN"]
     assert [(r["precision"], r["batch_size"]) for r in gan] == [("float32", 2), ("bfloat16", 2)]
     assert all(r["showers_per_s"] > 0 for r in speed["rows"])
@@ -145,9 +150,10 @@ def test_inference_speed_rows_and_geant4_estimate():
     assert est["gan_float32_over_geant4"] == pytest.approx(67000 / 1.73)
     assert est["showers_per_s"] == pytest.approx(gan[0]["showers_per_s"] / (67000 / 1.73))
     assert "doi:10.5220/0010245002510258" in est["source"]
-    assert "| GAN | bfloat16 | 2 |" in validation.speed_table(speed)
+    assert "| GAN | bfloat16 | 2 |" in speed_table(speed)
 
 
+@pytest.mark.slow
 def test_compare_with_the_low_level_classifier():
     e = np.random.default_rng(0).uniform(50.0, 150.0, 300)
     ref = validation.Showers(showers.generate(e, 1), e)

@@ -12,7 +12,7 @@ import sys
 
 def allreduce_check() -> dict:
     """Each rank contributes rank+1; returns what Horovod's ring all-reduce gave back."""
-    from gan3d import distributed
+    from gan3d.parallel import distributed
 
     world = distributed.init()
     import tensorflow as tf
@@ -25,13 +25,14 @@ def allreduce_check() -> dict:
         "intra_threads": tf.config.threading.get_intra_op_parallelism_threads(),
         "inter_threads": tf.config.threading.get_inter_op_parallelism_threads(),
         "yield_when_idle": os.environ.get("OMPI_MCA_mpi_yield_when_idle"),
+        "cores": len(os.sched_getaffinity(0)),
         "pid": os.getpid(),
     }
 
 
 def fail_on(rank_to_fail: int) -> dict:
     """Rank ``rank_to_fail`` raises; the others wait in an all-reduce that can never complete."""
-    from gan3d import distributed
+    from gan3d.parallel import distributed
 
     world = distributed.init()
     import tensorflow as tf
@@ -43,7 +44,7 @@ def fail_on(rank_to_fail: int) -> dict:
 
 
 def main() -> None:
-    from gan3d.distributed import guard
+    from gan3d.parallel.launch import guard
 
     out = sys.argv[1]
     fn = (lambda: fail_on(int(sys.argv[2]))) if len(sys.argv) > 2 else allreduce_check

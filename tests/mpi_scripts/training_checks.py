@@ -6,14 +6,15 @@
 TensorFlow and Horovod once is most of the cost); results go to ``OUT_DIR/<name>/rank<r>.json``.
 Modes:
 
-* ``sync``: k training steps on different data per rank; writes SHA-256 digests of every
-  trainable weight and optimiser variable after the steps, and of all model variables after the
+* ``sync``: models built from a different seed on every rank, broadcast from rank 0, then k
+  training steps on different data per rank; writes SHA-256 digests of the initial weights, of
+  every trainable weight and optimiser variable after the steps, and of all model variables after the
   BatchNorm statistics were averaged, plus the per-rank seeds and losses.
 * ``equal`` (args: HALF): the data-parallel equality check on a fixed global batch of 2 x HALF
   showers with fixed per-sample noise; a rank of a world of size n takes its 1/n of it. Writes
   averaged gradients and the weight update of one full step, in inference mode (exact equality
   expected) and with per-rank BatchNorm statistics (Dropout off, so BN is the only difference).
-* ``train`` (args: list of ``[overrides, resume]``): ``gan3d.training.train`` once per pair
+* ``train`` (args: list of ``[overrides, resume]``): ``gan3d.gan.training.train`` once per pair
   (dotted overrides of the quick profile), in order; rank 0 writes the results.
 """
 
@@ -38,7 +39,7 @@ def _write(out: str, rank: int, payload: dict) -> None:
 
 def _step(seed: int = 5):
     from gan3d.config import resolve
-    from gan3d.training import _build_step
+    from gan3d.gan.training import _build_step
 
     return _build_step(resolve("quick", {"train.seed": seed}))
 
@@ -51,11 +52,12 @@ def _random_batch(rng, b: int) -> dict:
 
 
 def sync(out: str, steps: int = 2, b: int = 2) -> None:
-    from gan3d import distributed
+    from gan3d.parallel import distributed
 
     world = distributed.init()
-    step = _step()
-    step.broadcast_state()
+    step = _step(seed=5 + world.rank)  # different initial weights on every rank ...
+    initial = _digest(step.g.trainable_variables + step.d.trainable_variables)
+    step.broadcast_state()  # ... until rank 0's are broadcast
     step.reseed(5, world.rank, 0)
     seeds = [v.numpy().tolist() for v in step.seed_variables()]
     rng = np.random.default_rng([11, world.rank])  # different data on every rank
@@ -65,6 +67,7 @@ def sync(out: str, steps: int = 2, b: int = 2) -> None:
     bn_before = _digest([v for v in step.model_variables() if not v.trainable])
     step.average_batch_statistics()
     _write(out, world.rank, {"rank": world.rank, "size": world.size, "seeds": seeds,
+                             "initial": initial,
                              "losses": losses, "trained": trained, "optimiser": optimiser,
                              "bn_before_sync": bn_before, "all_after_sync": _digest(step.state_variables())})
 
@@ -87,7 +90,7 @@ def _part(tree: dict, lo: int, hi: int) -> dict:
 
 
 def equal(out: str, half: int) -> None:
-    from gan3d import distributed
+    from gan3d.parallel import distributed
 
     world = distributed.init()
     n = 2 * half
@@ -117,9 +120,9 @@ def equal(out: str, half: int) -> None:
 
 def train(out: str, runs: list) -> None:
     """Train once per ``[overrides, resume]`` pair of ``runs``, one after the other."""
-    from gan3d import distributed
+    from gan3d.parallel import distributed
     from gan3d.config import resolve
-    from gan3d.training import train as run
+    from gan3d.gan.training import train as run
 
     results = [run(resolve("quick", overrides), resume=resume).to_dict()
                for overrides, resume in runs]
@@ -128,7 +131,7 @@ def train(out: str, runs: list) -> None:
 
 
 def main() -> None:
-    from gan3d.distributed import guard
+    from gan3d.parallel.launch import guard
 
     out, plan = sys.argv[1], json.loads(sys.argv[2])
     modes = {"sync": sync, "equal": equal, "train": train}

@@ -1,0 +1,106 @@
+"""One 3DGAN training step on one process: targets, losses, draws, seeds, state, an update."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gan3d.gan import step
+
+
+def test_ecal_target_is_the_published_fit():
+    from gan3d.data.calorimeter import sampling_fraction_fit
+
+    e_gev = np.array([10.0, 100.0, 250.0, 500.0])
+    got = np.asarray(step.ecal_target(e_gev / 100.0))
+    # Network units: GeV x 100 of the deposited energy E x sampling fraction.
+    np.testing.assert_allclose(got, e_gev * sampling_fraction_fit(e_gev) * 100.0, rtol=1e-5)
+    assert got[0] / 100 == pytest.approx(10.0 * 0.0218, rel=0.01)  # 2.2 % at 10 GeV
+
+
+def test_losses_match_keras_definitions():
+    import keras
+
+    y = np.array([1.0, 0.0, 1.0, 0.0], dtype=np.float32)
+    p = np.array([0.9, 0.2, 1.0, 0.0], dtype=np.float32)
+    ours = np.asarray(step._bce(y, p))
+    ref = np.asarray(keras.losses.binary_crossentropy(y[:, None], p[:, None]))
+    np.testing.assert_allclose(ours, ref, rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(step._mape(np.float32(2.0), np.float32(1.5))), 25.0)
+
+
+def test_draws_shapes_ranges_and_five_percent_flips(gan_step):
+    gan_step.reseed(3, 0, 0)
+    d = {k: np.asarray(v) for k, v in gan_step.draw(20_000).items()}
+    assert d["z_fake"].shape == (20_000, 200) and d["z_gen"].shape == (2, 20_000, 200)
+    assert d["e_gen"].shape == (2, 20_000)
+    assert 0.1 <= d["e_fake"].min() and d["e_fake"].max() <= 5.0  # 10-500 GeV in units of 100 GeV
+    for key in ("flip_real", "flip_fake"):
+        assert d[key].mean() == pytest.approx(0.05, abs=0.005)
+    assert abs(d["z_fake"].std() - 1.0) < 0.01
+
+
+def test_reseed_depends_on_rank_and_epoch_only(gan_step):
+    def seeds(rank, epoch):
+        gan_step.reseed(3, rank, epoch)
+        return [v.numpy().tolist() for v in gan_step.seed_variables()]
+
+    assert seeds(0, 1) == seeds(0, 1)
+    assert seeds(0, 1) != seeds(1, 1)
+    assert seeds(0, 1) != seeds(0, 2)
+    assert len(seeds(0, 0)) == 5  # step noise + the discriminator's four Dropout layers
+
+
+def test_optimiser_state_exists_before_the_first_step(gan_step):
+    # Built in the constructor, so that rank 0 can broadcast it before training starts.
+    n_g, n_d = len(gan_step.g.trainable_variables), len(gan_step.d.trainable_variables)
+    assert len(gan_step.optimizer_variables()) == (n_g + 2) + (n_d + 2)  # velocities + iter + lr
+
+
+def _batch(b: int, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    image = (rng.gamma(0.05, 2.0, (b, 25, 25, 25, 1)) * (rng.random((b, 25, 25, 25, 1)) < 0.3))
+    image = image.astype(np.float32)
+    return {"image": image, "energy": rng.uniform(0.1, 5.0, b).astype(np.float32),
+            "ecal_sum": image.sum(axis=(1, 2, 3, 4)).astype(np.float32)}
+
+
+def test_one_step_updates_every_weight_of_both_networks(gan_step):
+    """All four updates are applied: every trainable variable of G and D moves (a missing
+    optimiser.apply, or gradients that do not reach a layer, would leave some unchanged)."""
+    before = [v.numpy().copy() for v in gan_step.g.trainable_variables + gan_step.d.trainable_variables]
+    gan_step.set_learning_rate(1e-3)
+    losses = np.asarray(gan_step.train_step(_batch(2)))
+    after = [v.numpy() for v in gan_step.g.trainable_variables + gan_step.d.trainable_variables]
+    assert losses.shape == (len(step.LOSS_NAMES),) and np.isfinite(losses).all()
+    unchanged = [v.path for v, a, b in zip(gan_step.g.trainable_variables
+                                           + gan_step.d.trainable_variables, before, after)
+                 if np.array_equal(a, b)]
+    assert unchanged == []
+    # The weighted totals are the weighted sums of their parts, for D and for G.
+    w = gan_step.weights
+    assert losses[0] == pytest.approx(w[0] * losses[1] + w[1] * losses[2] + w[2] * losses[3], rel=1e-5)
+    assert losses[4] == pytest.approx(w[0] * losses[5] + w[1] * losses[6] + w[2] * losses[7], rel=1e-5)
+
+
+def test_evaluation_sums_do_not_change_the_model(gan_step):
+    state = [v.numpy().copy() for v in gan_step.state_variables()]
+    b = 3
+    rng = np.random.default_rng(1)
+    draws = {"e_fake": rng.uniform(0.1, 5.0, b).astype(np.float32),
+             "z_fake": rng.standard_normal((b, 200)).astype(np.float32),
+             "e_gen": rng.uniform(0.1, 5.0, (2, b)).astype(np.float32),
+             "z_gen": rng.standard_normal((2, b, 200)).astype(np.float32)}
+    sums = np.asarray(gan_step.eval_sums(_batch(b, 2), draws))
+    again = np.asarray(gan_step.eval_sums(_batch(b, 2), draws))
+    assert sums.shape == (8,) and np.isfinite(sums).all()
+    np.testing.assert_array_equal(sums, again)  # inference mode: no noise, no dropout
+    assert all(np.array_equal(a, v.numpy()) for a, v in zip(state, gan_step.state_variables()))
+
+
+def test_batch_statistics_averaging_is_the_identity_on_one_process(gan_step):
+    stats = [v for v in gan_step.model_variables() if not v.trainable]
+    before = [v.numpy().copy() for v in stats]
+    gan_step.average_batch_statistics()
+    assert len(stats) == 2 * (2 + 3)  # moving mean and variance of 2 BatchNorms in G, 3 in D
+    assert all(np.array_equal(a, v.numpy()) for a, v in zip(before, stats))

@@ -1,0 +1,192 @@
+"""The package's structure, read from its source: no import cycle, layers respected, every Horovod
+and MPI import in ``gan3d.parallel``, each rule defined once, and the README's table of modules
+equal to the tree. Imports inside functions count like any other."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "gan3d"
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def _modules() -> dict[str, Path]:
+    """Dotted module name -> file, for every module and package of gan3d."""
+    out = {}
+    for path in sorted(SRC.rglob("*.py")):
+        parts = path.relative_to(SRC.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        out[name] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _imports(name: str, path: Path) -> list[tuple[str, int, str]]:
+    """(imported module, line, raw name) for every import in ``path``, at any depth."""
+    is_pkg = path.name == "__init__.py"
+    package = name if is_pkg else name.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [(a.name, node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - (node.level - 1)]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            for a in node.names:
+                sub = f"{module}.{a.name}"
+                found.append((sub if sub in MODULES else module, node.lineno, module))
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    return {name: {m for m, _, _ in _imports(name, path) if m in MODULES and m != name}
+            for name, path in MODULES.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_cycle_detection_finds_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_import_graph_has_no_cycle():
+    graph = _graph()
+    assert sum(map(len, graph.values())) > 100  # the walk sees the package's real imports
+    assert _cycles(graph) == []
+
+
+FOUNDATION = {"gan3d", "gan3d._compat", "gan3d.exceptions", "gan3d.paths", "gan3d.config",
+              "gan3d.io", "gan3d.runtime", "gan3d.console"}
+# Which rooms a room may import from (besides itself and the foundation).
+LAYERS = {
+    "data": set(),
+    "parallel": set(),
+    "gan": {"data", "parallel"},
+    "validation": {"data", "gan"},
+    "scaling": {"data", "parallel", "gan"},
+    "plots": {"data", "scaling", "validation"},
+}
+# Deliberate exceptions, with the reason.
+ALLOWED = {
+    # A launcher of training on ipyparallel engines: it runs gan.training on the engines.
+    ("gan3d.parallel.cluster", "gan3d.gan.training"),
+}
+
+
+def _room(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 or module in {f"gan3d.{r}" for r in LAYERS} else "top"
+
+
+def test_rooms_import_only_the_rooms_below_them():
+    wrong = []
+    for name, targets in _graph().items():
+        room = _room(name)
+        if name in FOUNDATION:
+            wrong += [(name, t) for t in targets if t not in FOUNDATION]
+        elif room in LAYERS:
+            ok = LAYERS[room] | {room}
+            wrong += [(name, t) for t in targets if t not in FOUNDATION and _room(t) not in ok
+                      and (name, t) not in ALLOWED]
+    assert wrong == []
+
+
+def test_horovod_and_mpi4py_are_imported_in_parallel_only_and_marked():
+    seen = []
+    for name, path in MODULES.items():
+        lines = path.read_text().splitlines()
+        for module, lineno, raw in _imports(name, path):
+            if raw.split(".")[0] in ("horovod", "mpi4py"):
+                seen.append(name)
+                assert name == "gan3d.parallel.distributed", f"{name}:{lineno} imports {raw}"
+                assert "# DISTRIBUTED" in lines[lineno - 1], f"{name}:{lineno} is not marked"
+    assert len(seen) >= 3  # horovod, mpi4py and mpi4py.MPI
+
+
+def test_doctor_asks_parallel_for_the_builds():
+    graph = _graph()
+    assert "gan3d.parallel.distributed" in graph["gan3d.doctor"]
+
+
+def _constants(path: Path) -> list[tuple[object, int]]:
+    tree = ast.parse(path.read_text())
+    out = [(n.value, n.lineno) for n in ast.walk(tree) if isinstance(n, ast.Constant)]
+    out += [(tuple(ast.literal_eval(n)), n.lineno) for n in ast.walk(tree)
+            if isinstance(n, ast.Tuple) and len(n.elts) == 5
+            and all(isinstance(e, (ast.Constant, ast.UnaryOp)) for e in n.elts)]
+    return out
+
+
+@pytest.mark.parametrize("value, allowed", [
+    (2e-4, {"gan3d.data.calorimeter"}),  # the hit threshold
+    # the cell threshold; metrics clips probabilities and timeline converts microseconds
+    (1e-6, {"gan3d.data.calorimeter", "gan3d.validation.metrics", "gan3d.scaling.timeline"}),
+    ((0.0018, -0.023, 0.11, -0.28, 2.21), {"gan3d.data.calorimeter"}),  # the published fit
+    (5.1, {"gan3d.data.calorimeter"}),  # the cell pitch (mm)
+])
+def test_each_calorimeter_constant_is_written_once(value, allowed):
+    where = {name for name, path in MODULES.items() for v, _ in _constants(path) if v == value}
+    assert where and where <= allowed
+
+
+def test_shard_bounds_are_computed_in_one_place():
+    pattern = re.compile(r"\(?\w+\s*\+\s*1\)?\s*\*\s*\w+\s*//\s*\w+|rank\s*\*\s*\w+\s*//")
+    where = {name for name, path in MODULES.items() if pattern.search(path.read_text())}
+    assert where == {"gan3d.data.sharding"}
+
+
+def test_readme_table_lists_exactly_the_modules():
+    text = README.read_text()
+    section = text[text.index("## Layout"):]
+    section = section[:section.index("\n## ", 5)]
+    listed = set(re.findall(r"^\| `([\w/]+\.py)` \|", section, flags=re.M))
+    files = {str(p.relative_to(SRC)) for p in SRC.rglob("*.py")} - {"__main__.py"}
+    assert listed == files
+    for pkg in ("parallel", "data", "gan", "scaling", "validation", "plots"):
+        assert f"`{pkg}/`" in section
+
+
+def test_modules_stay_small():
+    sizes = {name: len(path.read_text().splitlines()) for name, path in MODULES.items()}
+    assert max(sizes.values()) <= 420, sorted(sizes.items(), key=lambda kv: -kv[1])[:3]
