@@ -8,7 +8,7 @@ Measures, in one run so that the ratios share the machine's state:
 * ``gan3d data generate`` end to end (generation, gzip, checksums, all cores);
 * the input pipeline's delivery rate through tf.data incl. preprocessing, with the shard in
   memory and streamed from the files, against the raw read (decompression) rate;
-* the training step's consumption (``gan3d.gan.training.measure_step_rate``, one process), and the
+* the training step's consumption (``gan3d.scaling.probes.measure_step_rate``, one process), and the
   ratio delivery / consumption (target >= 10)::
 
     python bench/bench_data.py                         # results/bench/data.json
@@ -116,14 +116,14 @@ def pipeline_rates(paths: list[Path], batch: int, repeats: int) -> dict:
 def step_consumption(profile: str, batch: int | None) -> dict | None:
     """The training step's showers/s in one process, or None if it cannot be measured here."""
     try:
-        from gan3d.gan.training import measure_step_rate
+        from gan3d.scaling.probes import measure_step_rate
     except ImportError as exc:
         print(f"training step not measured: {exc}")
         return None
     cfg = resolve(profile, {"train.batch_size": batch} if batch else {})
     res = measure_step_rate(cfg, steps=3, warmup=1)
     rate = res["showers_per_s"] if isinstance(res, dict) else float(res)
-    return {"showers_per_s": rate, "source": "gan3d.gan.training.measure_step_rate",
+    return {"showers_per_s": rate, "source": "gan3d.scaling.probes.measure_step_rate",
             "details": res if isinstance(res, dict) else None}
 
 

@@ -90,7 +90,7 @@ def probe_bf16(opts) -> dict:
 def worker(args: dict, out: str) -> None:
     """Runs in every rank: pin, time the step, then the matmul ceiling."""
     from gan3d.config import resolve
-    from gan3d.gan.training import measure_step_rate
+    from gan3d.scaling.probes import measure_step_rate
     from gan3d.scaling import probes
 
     # A worker is `threads` cores, at every count: mpirun gives a lone rank every core.

@@ -49,11 +49,15 @@ def run_notebook(tmp_path):
 # Shower files written without the package's writer (so the readers are tested independently)
 
 
-def random_showers(n, seed=0, first_energy=10.0):
-    """Sparse random showers (n, 25, 25, 25) GeV with distinct energies (they identify showers)."""
+def random_showers(n, seed=0, first_energy=10.0, energy=None):
+    """Sparse random showers (n, 25, 25, 25) GeV with distinct energies (they identify showers)
+    or the given ``energy`` (n,), scaled so that each deposits about 2 % of its energy, as real
+    CLIC showers do."""
     rng = np.random.default_rng(seed)
     ecal = (rng.random((n, 25, 25, 25)) < 0.05) * rng.exponential(1e-3, (n, 25, 25, 25))
-    return ecal.astype(np.float32), (first_energy + np.arange(n)).astype(np.float32)
+    energy = np.asarray(first_energy + np.arange(n) if energy is None else energy, np.float32)
+    ecal *= (0.02 * energy / ecal.sum(axis=(1, 2, 3)))[:, None, None, None]
+    return ecal.astype(np.float32), energy
 
 
 def write_h5(path, **arrays):
@@ -77,4 +81,4 @@ def gan_step():
     from gan3d.parallel import distributed
 
     distributed.init()
-    return training._build_step(config.resolve("quick", {"train.seed": 3}))
+    return training.build_step(config.resolve("quick", {"train.seed": 3}))

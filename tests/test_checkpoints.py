@@ -47,3 +47,30 @@ def test_resume_refuses_other_settings_and_damaged_checkpoints(tmp_path, gan_ste
     damaged.write_bytes((folder / "epoch-0003.npz").read_bytes()[:1000])  # a truncated copy
     with pytest.raises(CheckpointError, match="damaged"):
         checkpoints.load_checkpoint(damaged)
+
+
+def test_a_damaged_newest_checkpoint_is_reported_and_the_one_before_used(tmp_path, gan_step):
+    cfg = _cfg(tmp_path)
+    folder = tmp_path / "ck"
+    for epoch in (1, 2):
+        checkpoints.save_checkpoint(folder, epoch, gan_step.state_variables(), cfg, [], 1)
+    newest = folder / "epoch-0002.npz"
+    newest.write_bytes(newest.read_bytes()[:5000])  # cut short, as by a failing disk
+    warnings = []
+    path, meta, _ = checkpoints.load_latest(folder, warn=warnings.append)
+    assert path.name == "epoch-0001.npz" and meta["epoch"] == 1
+    assert len(warnings) == 1 and "epoch-0002.npz is damaged" in warnings[0]
+    newest.write_bytes(b"")
+    (folder / "epoch-0001.npz").write_bytes(b"junk")
+    assert checkpoints.load_latest(folder) is None  # nothing usable: start from scratch
+
+
+def test_resuming_with_another_worker_count_is_refused_saying_what_would_change(tmp_path,
+                                                                                gan_step):
+    cfg = _cfg(tmp_path, **{"train.learning_rate": 1e-3})
+    path = checkpoints.save_checkpoint(tmp_path / "ck", 1, gan_step.state_variables(), cfg, [], 2)
+    meta, _ = checkpoints.load_checkpoint(path)
+    checkpoints.check_compatible(meta, cfg, path, workers=2)  # the same count: fine
+    with pytest.raises(CheckpointError, match=r"written by 2 worker\(s\), this run has 4.*"
+                                              r"from 0\.002 to 0\.004.*shard"):
+        checkpoints.check_compatible(meta, cfg, path, workers=4)

@@ -30,10 +30,15 @@ def test_every_old_module_imports_and_names_its_new_home(old):
 
 def test_moved_modules_are_the_same_object_and_split_ones_find_every_name():
     from gan3d.data import calorimeter, files, sample, sharding
-    from gan3d.gan import training
+    from gan3d.gan import step, training
+    from gan3d.scaling import probes
     from gan3d.validation import physics
 
-    assert _fresh("gan3d.training") is training  # one module: monkeypatching one patches both
+    assert _fresh("gan3d.step") is step  # one module: monkeypatching one patches both
+    old_training = _fresh("gan3d.training")  # split: the step-rate probe moved to scaling
+    assert old_training.train is training.train
+    assert old_training.measure_step_rate is probes.measure_step_rate
+    assert old_training._build_step is training.build_step
     old = _fresh("gan3d.datasets")
     assert old.read_showers is files.read_showers and old.ShardedShowers is sharding.ShardedShowers
     assert old.load_sample is sample.load_sample and old.THRESHOLD_GEV == 1e-6

@@ -42,8 +42,8 @@ def test_real_fixed_angle_layout_is_read(tmp_path):
 @pytest.mark.parametrize("energy_shape", [(4,), (4, 1)])
 def test_variable_angle_layout_is_cropped_to_the_centre(tmp_path, energy_shape):
     big = np.zeros((4, 51, 51, 25), np.float32)
-    big[:, 13:38, 13:38, :] = random_showers(4)[0]
-    big[:, 0, 0, :] = 5.0  # outside the window: must not appear
+    big[:, 13:38, 13:38, :] = random_showers(4, energy=[15.0, 60.0, 250.0, 480.0])[0]
+    big[:, 0, 0, :] = 0.01  # outside the window: must not appear
     energy = np.array([15.0, 60.0, 250.0, 480.0]).reshape(energy_shape)
     write_h5(tmp_path / "var.h5", ECAL=big, energy=energy, theta=np.full(4, 1.2))
     ecal, e = files.read_showers(tmp_path / "var.h5")
@@ -149,8 +149,8 @@ def test_split_needs_a_test_file():
 
 
 def test_load_sample_from_files_and_synthetic(tmp_path):
-    ecal, _ = random_showers(40)
     energy = np.r_[np.full(20, 48.0), np.full(20, 203.0)].astype(np.float32)
+    ecal, _ = random_showers(40, energy=energy)
     files.write_showers(tmp_path / "a.h5", ecal[:25], energy[:25])
     files.write_showers(tmp_path / "b.h5", ecal[25:], energy[25:])
     got = sample.load_sample(tmp_path, 30, [50, 200, 400])

@@ -28,7 +28,7 @@ MOVED: dict[str, tuple[str, ...]] = {
                        "gan3d.data.calorimeter"),
     "gan3d.model": ("gan3d.gan.model",),
     "gan3d.step": ("gan3d.gan.step",),
-    "gan3d.training": ("gan3d.gan.training",),
+    "gan3d.training": ("gan3d.gan.training", "gan3d.scaling.probes"),
     "gan3d.checkpoints": ("gan3d.gan.checkpoints",),
     "gan3d.history": ("gan3d.gan.history",),
     "gan3d.probes": ("gan3d.scaling.probes",),
@@ -50,6 +50,7 @@ RENAMED: dict[str, tuple[str, str]] = {
     "gan3d.step.ECAL_FIT": ("gan3d.data.calorimeter", "SAMPLING_FIT_PERCENT"),
     "gan3d.scaling.read_history": ("gan3d.scaling.experiments", "timed_epoch_means"),
     "gan3d.validation.load_checkpoint": ("gan3d.validation.study", "load_networks"),
+    "gan3d.training._build_step": ("gan3d.gan.training", "build_step"),
 }
 
 

@@ -76,8 +76,9 @@ def _data_parser(sub) -> None:
     gen.add_argument("--seed", type=int, help="random seed (data.seed)")
     gen.add_argument("--output", help="output folder (data.path)")
     gen.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
-    chk = dsub.add_parser("check", help="validate every shower file in a folder")
+    chk = dsub.add_parser("check", help="validate every shower file in a folder (exit 1: problems)")
     chk.add_argument("folder")
+    _add_config_args(chk)
 
 
 def _train_parser(sub) -> None:
@@ -148,13 +149,17 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 def _cmd_data(args: argparse.Namespace) -> int:
     if args.data_command == "check":
-        from .data.files import check_files
+        from .data.files import check_folder
 
-        problems = check_files(args.folder)
-        for p in problems:
+        cfg = _config(args)
+        report = check_folder(args.folder, theta_window=cfg.data.theta_window or None)
+        for p in report.problems:
             print(f"problem: {p}")
-        print(f"{len(problems)} problem(s) found in {args.folder}")
-        return 1 if problems else 0
+        for n in report.notes:
+            print(f"note: {n}")
+        print(f"{len(report.problems)} problem(s) in {report.files} file(s) of {args.folder}; "
+              f"{report.showers} showers read")
+        return 1 if report.problems else 0
     from .data.generate import generate_dataset
 
     cfg = _config(args, **{"data.n_showers": args.n_showers, "data.n_files": args.files,

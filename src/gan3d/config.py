@@ -53,6 +53,9 @@ class DataConfig:
     energy_max: float = 500.0
     seed: int = 20190620
     test_fraction: float = 0.1
+    # Variable-angle files: keep the showers with theta in [lo, hi] (the file's unit). Empty: files
+    # with showers at several angles are refused rather than mixed into an energy-only GAN.
+    theta_window: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -221,6 +224,8 @@ def _check(cfg: Config) -> None:
         (d.n_files <= d.n_showers, "data.n_files cannot exceed data.n_showers"),
         (0 < d.energy_min < d.energy_max, "need 0 < data.energy_min < data.energy_max (GeV)"),
         (0.0 < d.test_fraction < 1.0, "data.test_fraction must be between 0 and 1"),
+        (not d.theta_window or (len(d.theta_window) == 2 and d.theta_window[0] < d.theta_window[1]),
+         "data.theta_window must be empty or [lo, hi] with lo < hi"),
         (t.epochs >= 1, "train.epochs must be at least 1"),
         (t.batch_size >= 1, "train.batch_size must be at least 1"),
         (t.learning_rate > 0, "train.learning_rate must be positive"),

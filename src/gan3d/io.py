@@ -1,14 +1,16 @@
-"""Atomic writes and provenance: no half-written file ever looks complete.
+"""Atomic, durable writes and provenance: no half-written file ever looks complete.
 
 Every file gan3d writes (data, checkpoints, results, figures) goes through :func:`atomic_path`:
-the content is written to a temporary name in the same folder and renamed into place only after
-it was closed without error (a rename within one file system is atomic on POSIX).
+the content is written to a temporary name in the same folder, flushed to the disk, and renamed
+into place only after it was closed without error (a rename within one file system is atomic on
+POSIX); then the folder is flushed too, so that the rename itself survives a crash.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import errno
 import json
 import os
 import platform
@@ -25,7 +27,8 @@ from . import __version__
 from .exceptions import OutputNotWritable
 from .runtime import cpu_count
 
-__all__ = ["atomic_path", "write_json", "read_json", "ensure_dir", "provenance", "git_commit"]
+__all__ = ["atomic_path", "fsync_path", "remove_temporaries", "TMP_MARK", "write_json", "read_json",
+           "ensure_dir", "provenance", "git_commit"]
 
 
 def ensure_dir(path: str | os.PathLike) -> Path:
@@ -40,18 +43,26 @@ def ensure_dir(path: str | os.PathLike) -> Path:
     return p
 
 
+TMP_MARK = ".tmp-"  # in the name of every temporary file: `.<stem>.tmp-<random><suffix>`
+_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[Path]:
-    """Yield a temporary path next to ``path``; on success rename it to ``path``, else delete it.
+    """Yield a temporary path next to ``path``; on success make it durable and rename it to
+    ``path``, else delete it.
 
-    The temporary name keeps the final suffix (h5py, matplotlib and Keras pick formats by it).
+    The content is flushed to disk (fsync) *before* the rename and the folder after it, so that
+    after a crash or a power cut ``path`` holds either the old content or the complete new one.
+    The temporary name keeps the final suffix (h5py, matplotlib and Keras pick formats by it) and
+    carries :data:`TMP_MARK`, so that :func:`remove_temporaries` finds what a killed writer left.
+    A full disk or a file-size limit is :class:`OutputNotWritable`, and ``path`` stays as it was.
     """
     final = Path(path)
     ensure_dir(final.parent)
-    fd, tmp = tempfile.mkstemp(
-        prefix=f".{final.stem}.", suffix=(suffix if suffix is not None else final.suffix) + ".part",
-        dir=final.parent,
-    )
+    fd, tmp = tempfile.mkstemp(prefix=f".{final.stem}{TMP_MARK}",
+                               suffix=(suffix if suffix is not None else final.suffix) + ".part",
+                               dir=final.parent)
     os.close(fd)
     tmp_path = Path(tmp)
     # Keep the real suffix last so libraries choosing a format by extension are not confused.
@@ -60,12 +71,42 @@ def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[
         tmp_path.rename(real_tmp)
         os.chmod(real_tmp, 0o644)  # mkstemp makes 0600; results and data are meant to be shared
         yield real_tmp
+        fsync_path(real_tmp)
         os.replace(real_tmp, final)
-    except BaseException:
+        fsync_path(final.parent)
+    except BaseException as exc:
         for p in (tmp_path, real_tmp):
             with contextlib.suppress(FileNotFoundError):
                 p.unlink()
+        if _disk_full(exc):
+            raise OutputNotWritable(f"cannot write {final}: {exc} - the disk is full or a "
+                                    f"file-size limit was reached; {final.name} was left as it "
+                                    "was") from None
         raise
+
+
+def _disk_full(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and (exc.errno in _FULL or "No space left" in str(exc)
+                                         or "File too large" in str(exc))
+
+
+def fsync_path(path: str | os.PathLike) -> None:
+    """Flush a file's (or a folder's entries') data to the disk."""
+    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if Path(path).is_dir() else 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def remove_temporaries(folder: str | os.PathLike) -> list[Path]:
+    """Delete what writers killed mid-write left in ``folder`` (files with :data:`TMP_MARK`);
+    return them. Call it where no other writer is at work (a run's own output folder)."""
+    folder = Path(folder)
+    found = [p for p in folder.glob(f".*{TMP_MARK}*") if p.is_file()] if folder.is_dir() else []
+    for p in found:
+        p.unlink(missing_ok=True)
+    return found
 
 
 def _default(obj: Any) -> Any:

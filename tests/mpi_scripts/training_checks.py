@@ -39,9 +39,9 @@ def _write(out: str, rank: int, payload: dict) -> None:
 
 def _step(seed: int = 5):
     from gan3d.config import resolve
-    from gan3d.gan.training import _build_step
+    from gan3d.gan.training import build_step
 
-    return _build_step(resolve("quick", {"train.seed": seed}))
+    return build_step(resolve("quick", {"train.seed": seed}))
 
 
 def _random_batch(rng, b: int) -> dict:

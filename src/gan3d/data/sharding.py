@@ -62,12 +62,13 @@ def _segments(files, counts, lo: int, hi: int) -> list[tuple[Path, int, int]]:
     return out
 
 
-def _read_range(files, counts, lo, hi, energy_range) -> Iterator[dict[str, np.ndarray]]:
+def _read_range(files, counts, lo, hi, energy_range, theta_window=None
+                ) -> Iterator[dict[str, np.ndarray]]:
     """Preprocessed slabs of at most SLAB showers, read contiguously, for indices [lo, hi)."""
     for path, a, b in _segments(files, counts, lo, hi):
         for s in range(a, b, SLAB):
             yield preprocess(*read_showers(path, start=s, stop=min(b, s + SLAB),
-                                           energy_range=energy_range))
+                                           energy_range=energy_range, theta_window=theta_window))
 
 
 def _concat(parts: list[dict]) -> dict[str, np.ndarray]:
@@ -116,12 +117,14 @@ class ShardedShowers:
     def __init__(self, files: Sequence, rank: int = 0, size: int = 1, batch_size: int = 32,
                  seed: int = 0, *, max_batches: int | None = None, memory_limit: int = 2 << 30,
                  window: int = 4, prefetch: int = 2,
-                 energy_range: tuple[float, float] = ENERGY_RANGE):
+                 energy_range: tuple[float, float] = ENERGY_RANGE,
+                 theta_window: Sequence[float] | None = None):
         if not 0 <= rank < size or batch_size < 1:
             raise ValueError(f"need 0 <= rank < size and batch_size >= 1 (got {rank}, {size}, "
                              f"{batch_size})")
         self.files = [Path(f) for f in files]
-        self.counts = [count_showers(f) for f in self.files]
+        self.theta_window = theta_window
+        self.counts = [count_showers(f, theta_window) for f in self.files]
         self.rank, self.size, self.batch_size, self.seed = rank, size, batch_size, seed
         total = sum(self.counts)
         self.lo, self.hi = shard_bounds(total, rank, size)
@@ -143,7 +146,8 @@ class ShardedShowers:
         return np.random.default_rng([self.seed, epoch, self.rank])
 
     def _read(self, lo: int, hi: int) -> dict[str, np.ndarray]:
-        return _concat(list(_read_range(self.files, self.counts, lo, hi, self.energy_range)))
+        return _concat(list(_read_range(self.files, self.counts, lo, hi, self.energy_range,
+                                        self.theta_window)))
 
     def iter_numpy(self, epoch: int) -> Iterator[dict[str, np.ndarray]]:
         """This rank's ``len(self)`` batches of epoch ``epoch``, as dicts of NumPy arrays."""
@@ -182,7 +186,8 @@ class ShardedShowers:
 
 def test_batches(files: Sequence, rank: int = 0, size: int = 1, batch_size: int = 32, *,
                  mode: str = "distributed", fraction: float = 1.0, tensorflow: bool = True,
-                 prefetch: int = 2, energy_range: tuple[float, float] = ENERGY_RANGE):
+                 prefetch: int = 2, energy_range: tuple[float, float] = ENERGY_RANGE,
+                 theta_window: Sequence[float] | None = None):
     """Evaluation batches of the first ``fraction`` of the test showers, for this rank.
 
     ``mode="serial"``: rank 0 gets every shower, other ranks none (the paper's evaluation).
@@ -192,13 +197,13 @@ def test_batches(files: Sequence, rank: int = 0, size: int = 1, batch_size: int 
     (or, with ``tensorflow=False``, an iterator of NumPy batch dicts as in ShardedShowers).
     """
     files = [Path(f) for f in files]
-    counts = [count_showers(f) for f in files]
+    counts = [count_showers(f, theta_window) for f in files]
     total = int(round(sum(counts) * fraction))
     lo, hi = eval_bounds(total, rank, size, mode)
 
     def batches() -> Iterator[dict[str, np.ndarray]]:
         pool = None
-        for slab in _read_range(files, counts, lo, hi, energy_range):  # contiguous slabs
+        for slab in _read_range(files, counts, lo, hi, energy_range, theta_window):
             pool = slab if pool is None else _concat([pool, slab])
             full = len(pool["energy"]) // batch_size * batch_size
             for i in range(0, full, batch_size):

@@ -28,8 +28,8 @@ from ..config import Config, flatten, to_dict
 from ..exceptions import CheckpointError
 from ..io import atomic_path, ensure_dir, provenance
 
-__all__ = ["save_checkpoint", "latest_checkpoint", "load_checkpoint", "restore_variables",
-           "check_compatible", "TRAJECTORY_KEYS"]
+__all__ = ["save_checkpoint", "latest_checkpoint", "all_checkpoints", "load_checkpoint",
+           "load_latest", "restore_variables", "check_compatible", "TRAJECTORY_KEYS"]
 
 _NAME = re.compile(r"^epoch-(\d{4,})\.npz$")
 # Settings that change what training computes: a resumed run must not differ in them.
@@ -68,6 +68,12 @@ def _checkpoints(folder: Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
+def all_checkpoints(folder: str | Path) -> list[Path]:
+    """The checkpoints in ``folder``, oldest first."""
+    folder = Path(folder)
+    return _checkpoints(folder) if folder.is_dir() else []
+
+
 def latest_checkpoint(folder: str | Path) -> Path | None:
     """The newest checkpoint in ``folder``, or None."""
     folder = Path(folder)
@@ -90,6 +96,22 @@ def load_checkpoint(path: str | Path) -> tuple[dict[str, Any], list[np.ndarray]]
     return meta, arrays
 
 
+def load_latest(folder: str | Path, warn=None
+                ) -> tuple[Path, dict[str, Any], list[np.ndarray]] | None:
+    """The newest checkpoint of ``folder`` that loads: ``(path, meta, arrays)``, or None if there
+    is none. A damaged newer one (a disk error, a copy cut short) is reported through ``warn``
+    and skipped, so that a run resumes from the one before instead of not at all."""
+    for path in reversed(all_checkpoints(folder)):
+        try:
+            meta, arrays = load_checkpoint(path)
+        except CheckpointError as exc:
+            if warn:
+                warn(f"{exc}; using the checkpoint before it")
+            continue
+        return path, meta, arrays
+    return None
+
+
 def restore_variables(variables: list, meta: dict, arrays: list[np.ndarray], path: str | Path) -> None:
     """Assign ``arrays`` to ``variables`` after checking that count and shapes match."""
     saved = meta["variables"]
@@ -103,14 +125,28 @@ def restore_variables(variables: list, meta: dict, arrays: list[np.ndarray], pat
         v.assign(a)
 
 
-def check_compatible(meta: dict, cfg: Config, path: str | Path) -> None:
-    """Refuse to resume under settings that would change the trajectory (epochs may grow)."""
+def check_compatible(meta: dict, cfg: Config, path: str | Path, workers: int | None = None) -> None:
+    """Refuse to resume under settings that would change the trajectory (epochs may grow),
+    including another number of ``workers``: with it the learning rate (x workers) and every
+    rank's shard of the data would change silently."""
     old, new = flatten(meta["config"]), flatten(to_dict(cfg))
     differ = [k for k in TRAJECTORY_KEYS if _norm(old.get(k)) != _norm(new.get(k))]
+    was = int(meta.get("workers", workers or 1))
+    if workers is not None and workers != was:
+        lr_old, lr_new = _lr(cfg, was), _lr(cfg, workers)
+        raise CheckpointError(
+            f"cannot resume from {path}: it was written by {was} worker(s), this run has "
+            f"{workers}. The learning rate would change from {lr_old:g} to {lr_new:g} and each "
+            f"rank's shard of the showers would change; resume with {was} worker(s), or start a "
+            "new train.output")
     if differ:
         detail = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in differ)
         raise CheckpointError(f"cannot resume from {path}: settings differ ({detail}); use the "
                               "checkpoint's settings or a new train.output")
+
+
+def _lr(cfg: Config, workers: int) -> float:
+    return cfg.train.learning_rate * (workers if cfg.train.scale_lr else 1)
 
 
 def _norm(value):

@@ -47,20 +47,19 @@ from ..config import Config, to_dict
 from ..data import files, sharding
 from ..data.generate import generate_dataset
 from ..exceptions import CheckpointError, Gan3dError, NonFiniteLoss
-from ..io import ensure_dir, provenance, write_json
+from ..io import ensure_dir, provenance, remove_temporaries, write_json
 from ..parallel import distributed
 from ..paths import resolve_path
 from . import checkpoints
 from .history import HISTORY_FIELDS, Progress, TensorBoard, read_history, write_history
 from .history import LOSSES as _LOSSES
-from .model import (build_discriminator, build_generator, save_discriminator, save_generator,
-                    step_flops)
+from .model import build_discriminator, build_generator, save_discriminator, save_generator
 from .step import E_RANGE, GanStep
 
 log = console.get_logger(__name__)
 
-__all__ = ["TrainResult", "HISTORY_FIELDS", "train", "learning_rate", "measure_step_rate",
-           "read_history"]
+__all__ = ["TrainResult", "HISTORY_FIELDS", "train", "learning_rate", "read_history",
+           "build_step", "collective", "data_files"]
 
 
 @dataclasses.dataclass
@@ -96,10 +95,10 @@ def learning_rate(cfg: Config, workers: int, epoch: float) -> float:
 
 
 # ---------------------------------------------------------------------------------------------
-# Set-up shared by train() and measure_step_rate()
+# Set-up shared by train() and the step-rate probe (gan3d.scaling.probes.measure_step_rate)
 
 
-def _collective(world, fn: Callable[[], Any]) -> Any:
+def collective(world, fn: Callable[[], Any]) -> Any:
     """Run ``fn`` on rank 0 and give its result - or its error - to every rank.
 
     So a user error found by rank 0 (bad folder, missing data) stops all ranks at the same point
@@ -120,17 +119,20 @@ def _collective(world, fn: Callable[[], Any]) -> Any:
     raise value if isinstance(value, Gan3dError) else RuntimeError(f"rank 0 failed: {value}")
 
 
-def _data_files(cfg: Config, workers: int = 1) -> tuple[list[str], list[str]]:
+def data_files(cfg: Config, workers: int = 1) -> tuple[list[str], list[str]]:
     if cfg.data.source == "synthetic":
         # Idempotent: reuses intact files. Inside an MPI job rank 0 is bound to its own cores,
         # so it writes alone (make large sets beforehand with `gan3d data generate`).
         generate_dataset(cfg.data, workers=1 if workers > 1 else None)
     found = files.list_files(resolve_path(cfg.data.path))
     train_files, test_files = files.split_files(found, cfg.data.test_fraction)
+    for path in found:  # bad data stops here, named, before any rank builds a model
+        for note in files.screen(path, cfg.data.theta_window or None):
+            log.warning("%s", note)
     return [str(f) for f in train_files], [str(f) for f in test_files]
 
 
-def _build_step(cfg: Config):
+def build_step(cfg: Config):
     keras.utils.set_random_seed(cfg.train.seed)  # rank 0's initial weights; then broadcast
     policy = "mixed_bfloat16" if cfg.train.precision == "bfloat16" else None
     t = cfg.train
@@ -143,6 +145,9 @@ def _prepare_output(cfg: Config, out: Path, resume: bool) -> None:
     """Create the output folder (an unwritable one fails here); a fresh run forgets old epochs."""
     ensure_dir(out)
     ensure_dir(out / "checkpoints")
+    for folder in (out, out / "checkpoints"):  # what a writer killed mid-write left behind
+        for left in remove_temporaries(folder):
+            log.warning("removed %s, left by a run that was stopped while writing it", left)
     write_json(out / "config.json", {"config": to_dict(cfg), "provenance": provenance()})
     if not resume:  # nothing of an earlier run in this folder may pass for this run's
         stale = [*(out / "checkpoints").glob("epoch-*.npz"), *(out / "tb").glob("events.*"),
@@ -151,14 +156,15 @@ def _prepare_output(cfg: Config, out: Path, resume: bool) -> None:
             old.unlink(missing_ok=True)
 
 
-def _resume_state(step, cfg: Config, out: Path) -> tuple[int, list[dict], Path | None]:
-    """On rank 0: restore the newest checkpoint; (epochs done, history, path)."""
-    path = checkpoints.latest_checkpoint(out / "checkpoints")
-    if path is None:
-        _say(f"no checkpoint in {out / 'checkpoints'}: starting from scratch")
+def _resume_state(step, cfg: Config, out: Path, workers: int
+                  ) -> tuple[int, list[dict], Path | None]:
+    """On rank 0: restore the newest checkpoint that loads; (epochs done, history, path)."""
+    found = checkpoints.load_latest(out / "checkpoints", warn=log.warning)
+    if found is None:
+        _say(f"no usable checkpoint in {out / 'checkpoints'}: starting from scratch")
         return 0, [], None
-    meta, arrays = checkpoints.load_checkpoint(path)
-    checkpoints.check_compatible(meta, cfg, path)
+    path, meta, arrays = found
+    checkpoints.check_compatible(meta, cfg, path, workers)
     checkpoints.restore_variables(step.state_variables(), meta, arrays, path)
     if meta["epoch"] > cfg.train.epochs:
         raise CheckpointError(f"{path} has {meta['epoch']} epochs, more than train.epochs = "
@@ -184,22 +190,23 @@ def train(cfg: Config, *, resume: bool = False) -> TrainResult:
     """
     world = distributed.init()  # DISTRIBUTED: first thing, before TensorFlow runs an op
     out = resolve_path(cfg.train.output)
-    _collective(world, lambda: _prepare_output(cfg, out, resume))
-    train_files, test_files = _collective(world, lambda: _data_files(cfg, world.size))
+    collective(world, lambda: _prepare_output(cfg, out, resume))
+    train_files, test_files = collective(world, lambda: data_files(cfg, world.size))
     if world.size != cfg.train.workers:
         _say(f"running on {world.size} worker(s); train.workers = {cfg.train.workers} only tells "
              "launchers how many to start")
-    step = _build_step(cfg)
+    step = build_step(cfg)
     start, history, resumed = 0, [], None
     if resume:
-        start, history, resumed = _collective(world, lambda: _resume_state(step, cfg, out))
+        start, history, resumed = collective(world, lambda: _resume_state(step, cfg, out,
+                                                                          world.size))
     step.broadcast_state()  # DISTRIBUTED: models and optimiser state of rank 0 everywhere
     loop = _Loop(cfg, world, step, out, train_files, test_files, history, start)
     try:
         epoch_times = [loop.run_epoch(epoch) for epoch in range(start, cfg.train.epochs)]
     finally:
         loop.close()
-    paths = _collective(world, loop.export)
+    paths = collective(world, loop.export)
     return TrainResult(
         output=str(out), history=str(out / "history.jsonl"), checkpoint=paths["checkpoint"],
         generator=paths["generator"], discriminator=paths["discriminator"],
@@ -216,7 +223,8 @@ class _Loop:
         self.cfg, self.world, self.step, self.out = cfg, world, step, out
         t = cfg.train
         self.data = sharding.ShardedShowers(train_files, world.rank, world.size, t.batch_size,
-                                            seed=t.seed, max_batches=t.steps_per_epoch or None)
+                                            seed=t.seed, max_batches=t.steps_per_epoch or None,
+                                            theta_window=cfg.data.theta_window or None)
         self.steps = len(self.data)
         self.test_files = test_files
         self.history = list(history)
@@ -271,15 +279,23 @@ class _Loop:
             return None
         sums, count = np.zeros(len(_LOSSES)), 0
         batches = sharding.test_batches(self.test_files, self.world.rank, self.world.size,
-                                        t.batch_size,
-                               mode=t.eval_mode, fraction=t.eval_fraction)
+                                        t.batch_size, mode=t.eval_mode, fraction=t.eval_fraction,
+                                        theta_window=self.cfg.data.theta_window or None)
         for batch in batches:
             n = int(batch["energy"].shape[0])
             sums += np.asarray(self.step.eval_sums(batch, self.eval_noise.take(count, n)))
             count += n
-        total = distributed.allreduce(np.append(sums, count), "sum", name="test_losses")  # DISTRIBUTED
+        total = distributed.allreduce(np.append(sums, count), "sum",  # DISTRIBUTED
+                                      name="test_losses")
         total = np.asarray(total, dtype=np.float64)
-        return total[:-1] / (2.0 * total[-1])  # D saw real + fake, G 2 fakes per test shower
+        losses = total[:-1] / (2.0 * total[-1])  # D saw real + fake, G 2 fakes per test shower
+        if not np.isfinite(losses).all():
+            bad = ", ".join(f"test_{n}={v}" for n, v in zip(_LOSSES, losses)
+                            if not math.isfinite(v))
+            raise NonFiniteLoss(f"non-finite test loss after the training of this epoch ({bad}); "
+                                f"the last good checkpoint in {self.out / 'checkpoints'} is kept - "
+                                "lower train.learning_rate or check the test data")
+        return losses
 
     def _row(self, epoch, lr, train_losses, test_losses, time_train, time_eval) -> dict:
         t = self.cfg.train
@@ -296,15 +312,16 @@ class _Loop:
         return row
 
     def _write(self, epoch: int, row: dict) -> None:
-        """Rank 0: history (whole file, atomically), TensorBoard scalars, checkpoint."""
+        """Rank 0: the checkpoint, then the history (whole file) and TensorBoard scalars, each
+        durable before the next: the history never shows an epoch that no checkpoint holds."""
+        checkpoints.save_checkpoint(self.out / "checkpoints", epoch + 1,
+                                    self.step.state_variables(), self.cfg, self.history,
+                                    self.world.size)
         write_history(self.out / "history.jsonl", self.history)
         self.tb.write(row)
-        checkpoints.save_checkpoint(self.out / "checkpoints", epoch + 1,
-                                    self.step.state_variables(),
-                        self.cfg, self.history, self.world.size)
 
     def export(self) -> dict[str, str | None]:
-        """Rank 0: write the trained networks; returns their paths (run via _collective)."""
+        """Rank 0: write the trained networks; returns their paths (run via collective)."""
         gen = save_generator(self.step.g, self.out / "generator.keras")
         disc = save_discriminator(self.step.d, self.out / "discriminator.keras")
         ckpt = checkpoints.latest_checkpoint(self.out / "checkpoints")
@@ -318,7 +335,9 @@ class _EvalNoise:
 
     def __init__(self, cfg: Config, world, test_files):
         t = cfg.train
-        total = int(round(sum(files.count_showers(f) for f in test_files) * t.eval_fraction))
+        window = cfg.data.theta_window or None
+        total = int(round(sum(files.count_showers(f, window) for f in test_files)
+                          * t.eval_fraction))
         lo, hi = sharding.eval_bounds(total, world.rank, world.size, t.eval_mode)
         rng = np.random.default_rng([t.seed, 0xE7A1])
         n = 200
@@ -331,67 +350,3 @@ class _EvalNoise:
         s = slice(start, start + n)
         return {"e_fake": self.e_fake[s], "z_fake": self.z_fake[s],
                 "e_gen": self.e_gen[s].T.copy(), "z_gen": self.z_gen[s].transpose(1, 0, 2).copy()}
-
-
-# ---------------------------------------------------------------------------------------------
-# Step rate, for benchmarks and scaling studies
-
-
-def measure_step_rate(cfg: Config, steps: int = 5, warmup: int = 2, *, data: str = "random",
-                      threads: int | None = None) -> dict:
-    """Time ``steps`` full training steps after ``warmup`` untimed ones, on every rank.
-
-    ``data="random"`` feeds one fixed random batch (compute and all-reduce only);
-    ``data="files"`` reads this rank's shard of the configured data through the real pipeline.
-    Returns this rank's numbers: ``seconds_per_step`` (median), ``step_times_s``,
-    ``cpu_seconds_per_step`` (median CPU time of this process, all its threads, per step: busy
-    polling shows up here, other users of the machine do not), ``cpu_step_times_s``,
-    ``showers_per_s`` (this process: batch / median step), ``showers_per_s_total`` (x workers),
-    ``gflop_per_s`` (this process, by :func:`gan3d.gan.model.step_flops`), ``workers``, ``rank``,
-    ``batch_size``, ``precision``, ``threads``. ``threads`` overrides the intra-op thread count
-    (default cores / local ranks); it only takes effect if TensorFlow has not started yet.
-    """
-    world = distributed.init(threads=threads)  # DISTRIBUTED
-    step = _build_step(cfg)
-    step.broadcast_state()  # DISTRIBUTED
-    step.reseed(cfg.train.seed, world.rank, 0)
-    step.set_learning_rate(learning_rate(cfg, world.size, 1.0))
-    batches = _rate_batches(cfg, world, data)
-    times, cpu = [], []
-    for i in range(warmup + steps):
-        batch = next(batches)
-        t0, c0 = time.perf_counter(), time.process_time()
-        np.asarray(step.train_step(batch))  # the host copy waits for the step to finish
-        if i >= warmup:
-            times.append(time.perf_counter() - t0)
-            cpu.append(time.process_time() - c0)
-    median = float(np.median(times))
-    b = cfg.train.batch_size
-    return {"seconds_per_step": median, "step_times_s": times, "showers_per_s": b / median,
-            "cpu_seconds_per_step": float(np.median(cpu)), "cpu_step_times_s": cpu,
-            "showers_per_s_total": b * world.size / median,
-            "gflop_per_s": step_flops(step.g, step.d) * b / median / 1e9,
-            "workers": world.size, "rank": world.rank, "batch_size": b,
-            "precision": cfg.train.precision,
-            "threads": tf.config.threading.get_intra_op_parallelism_threads()}
-
-
-def _rate_batches(cfg: Config, world, data: str):
-    b = cfg.train.batch_size
-    if data == "random":
-        rng = np.random.default_rng([cfg.train.seed, world.rank])
-        image = (rng.gamma(0.05, 2.0, (b, 25, 25, 25, 1)) * (rng.random((b, 25, 25, 25, 1)) < 0.3))
-        batch = {"image": image.astype(np.float32),
-                 "energy": rng.uniform(*E_RANGE, b).astype(np.float32),
-                 "ecal_sum": image.sum(axis=(1, 2, 3, 4)).astype(np.float32)}
-        while True:
-            yield batch
-    elif data == "files":
-        train_files, _ = _collective(world, lambda: _data_files(cfg, world.size))
-        shard = sharding.ShardedShowers(train_files, world.rank, world.size, b, seed=cfg.train.seed)
-        epoch = 0
-        while True:
-            yield from shard.epoch(epoch)
-            epoch += 1
-    else:
-        raise ValueError(f"measure_step_rate: data must be 'random' or 'files', not {data!r}")

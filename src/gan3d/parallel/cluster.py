@@ -46,15 +46,29 @@ def _prepend_sys_path(path: str) -> None:
 class EngineCluster:
     """A running ipyparallel cluster whose engines form one MPI job (see :func:`mpi_engines`)."""
 
-    def __init__(self, client, n: int):
+    def __init__(self, client, n: int, timeout: float = 120.0):
         self.client = client
         self.n = n
         ids = sorted(client.ids)
-        ranks = client[ids].apply_sync(distributed.mpi_rank)
+        ranks = client[ids].apply_async(distributed.mpi_rank).get(timeout=timeout)
+        pids = client[ids].apply_async(os.getpid).get(timeout=timeout)
         self.engine_of_rank = {r: e for r, e in zip(ranks, ids)}
+        self.pid_of_rank = dict(zip(ranks, pids))
         if sorted(self.engine_of_rank) != list(range(n)):
             raise EnvironmentProblem(f"engines report MPI ranks {sorted(ranks)}, expected 0..{n - 1}: "
                                      "they were not started as one MPI job")
+
+    def dead_ranks(self) -> list[int]:
+        """Ranks whose engine process has ended (killed, out of memory, crashed): a liveness
+        check that does not wait for ipyparallel's heartbeat to notice."""
+        dead = []
+        for rank, pid in self.pid_of_rank.items():
+            try:
+                if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                    dead.append(rank)
+            except psutil.NoSuchProcess:
+                dead.append(rank)
+        return dead
 
     def add_import_path(self, path: str) -> None:
         """Make modules in ``path`` importable on every engine (e.g. helpers next to a notebook)."""
@@ -64,7 +78,10 @@ class EngineCluster:
             timeout: float | None = None, **kwargs: Any) -> list[Any]:
         """Call ``fn(*args, **kwargs)`` on every rank; return the results in rank order.
 
-        Rank 0's stdout and stderr (its log and progress bar) are streamed while it runs.
+        Rank 0's stdout and stderr (its log and progress bar) are streamed while it runs. Every
+        ``poll`` seconds each rank is checked: one that raised, or whose engine process ended,
+        raises :class:`RankFailed` at once (the others would wait for it forever in their next
+        all-reduce); ``timeout`` (s) bounds the whole call when given.
         """
         pending = {r: self.client[e].apply_async(fn, *args, **kwargs)
                    for r, e in self.engine_of_rank.items()}
@@ -80,6 +97,11 @@ class EngineCluster:
                     raise RankFailed(rank, _remote_error(ar))
             if all(ar.ready() for ar in pending.values()):
                 break
+            dead = self.dead_ranks()
+            if dead:
+                raise RankFailed(dead[0], f"its engine process (PID {self.pid_of_rank[dead[0]]}) "
+                                 f"ended while running {getattr(fn, '__name__', fn)}: killed, out "
+                                 "of memory or crashed; the cluster is stopped")
             if timeout is not None and time.monotonic() - start > timeout:
                 raise TimeoutError(f"ranks still running after {timeout:.0f} s")
             time.sleep(poll)

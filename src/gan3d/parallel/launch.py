@@ -12,6 +12,7 @@ the collectives themselves are :mod:`gan3d.parallel.distributed`.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -86,7 +87,14 @@ def _kill_group(proc: subprocess.Popen) -> None:
 _MARK = "[gan3d rank "
 
 
+# Open MPI's (PRTE's) report of a rank that a signal ended (killed, out of memory, segfault).
+_SIGNALLED = re.compile(r"process rank (\d+) with PID (\d+) on node (\S+) exited on\s+signal "
+                        r"(\d+) \(([^)]+)\)")
+
+
 def _failing_rank(output: str) -> tuple[int, str]:
+    """The rank that failed first and why: its own marked report (:func:`guard`), else Open
+    MPI's report of a rank ended by a signal; (-1, "") when neither is there."""
     for line in output.splitlines():
         if line.startswith(_MARK) and "] FAILED: " in line:
             head, _, message = line.partition("] FAILED: ")
@@ -94,6 +102,12 @@ def _failing_rank(output: str) -> tuple[int, str]:
                 return int(head[len(_MARK):]), message.strip().replace("\\n", "\n")
             except ValueError:
                 continue
+    m = _SIGNALLED.search(output)
+    if m:
+        rank, pid, node, signum, name = m.groups()
+        return int(rank), (f"the process (PID {pid} on {node}) was ended by signal {signum} "
+                           f"({name}): killed, out of memory, or crashed; the other ranks were "
+                           "stopped")
     return -1, ""
 
 

@@ -6,7 +6,7 @@ JOB.json`` on N ranks with :func:`gan3d.parallel.launch.launch`; rank 0 writes t
 
     {"task": "steps" | "train" | "allreduce", "threads": int, "out": path, ...task fields}
 
-* ``steps``: ``training.measure_step_rate(cfg, steps, warmup)`` on the job's ``config``;
+* ``steps``: :func:`measure_step_rate` (``steps`` timed after ``warmup``) on the job's ``config``;
 * ``train``: ``training.train(cfg)``, which writes ``history.jsonl`` in ``cfg.train.output``;
 * ``allreduce``: Horovod and plain-MPI all-reduce times over message ``sizes`` (bytes).
 
@@ -32,8 +32,8 @@ from ..io import read_json, write_json
 from ..parallel import distributed
 from ..parallel.launch import guard
 
-__all__ = ["main", "pin_cores", "pin_threads", "pin_to", "scheduler_times", "time_allreduce",
-           "time_shared_compute"]
+__all__ = ["main", "measure_step_rate", "pin_cores", "pin_threads", "pin_to", "scheduler_times",
+           "time_allreduce", "time_shared_compute"]
 
 
 def pin_cores(threads: int) -> list[int]:
@@ -79,7 +79,6 @@ def pin_threads(threads: int) -> distributed.World:
 
 
 def _steps(job: dict, world: distributed.World) -> dict:
-    from ..gan.training import measure_step_rate  # imports TensorFlow
 
     cfg = from_dict(job["config"])
     return measure_step_rate(cfg, job["steps"], job["warmup"])
@@ -211,6 +210,81 @@ def _memcpy_bandwidth(nbytes: int, repeats: int = 5) -> float:
         np.copyto(dst, src)
         times.append(time.perf_counter() - t0)
     return 4 * n / statistics.median(times)
+
+
+# ---------------------------------------------------------------------------------------------
+# The training step's rate, for benchmarks and scaling studies
+
+
+def measure_step_rate(cfg, steps: int = 5, warmup: int = 2, *, data: str = "random",
+                      threads: int | None = None) -> dict:
+    """Time ``steps`` full training steps after ``warmup`` untimed ones, on every rank.
+
+    ``data="random"`` feeds one fixed random batch (compute and all-reduce only);
+    ``data="files"`` reads this rank's shard of the configured data through the real pipeline.
+    Returns this rank's numbers: ``seconds_per_step`` (median), ``step_times_s``,
+    ``cpu_seconds_per_step`` (median CPU time of this process, all its threads, per step: busy
+    polling shows up here, other users of the machine do not), ``cpu_step_times_s``,
+    ``showers_per_s`` (this process: batch / median step), ``showers_per_s_total`` (x workers),
+    ``gflop_per_s`` (this process, by :func:`gan3d.gan.model.step_flops`), ``workers``, ``rank``,
+    ``batch_size``, ``precision``, ``threads``. ``threads`` overrides the intra-op thread count
+    (default cores / local ranks); it only takes effect if TensorFlow has not started yet.
+    """
+    world = distributed.init(threads=threads)  # DISTRIBUTED: before TensorFlow starts
+    import tensorflow as tf
+
+    from ..gan import training  # imports TensorFlow
+    from ..gan.model import step_flops
+
+    step = training.build_step(cfg)
+    step.broadcast_state()  # DISTRIBUTED
+    step.reseed(cfg.train.seed, world.rank, 0)
+    step.set_learning_rate(training.learning_rate(cfg, world.size, 1.0))
+    batches = _rate_batches(cfg, world, data)
+    times, cpu = [], []
+    for i in range(warmup + steps):
+        batch = next(batches)
+        t0, c0 = time.perf_counter(), time.process_time()
+        np.asarray(step.train_step(batch))  # the host copy waits for the step to finish
+        if i >= warmup:
+            times.append(time.perf_counter() - t0)
+            cpu.append(time.process_time() - c0)
+    median = float(np.median(times))
+    b = cfg.train.batch_size
+    return {"seconds_per_step": median, "step_times_s": times, "showers_per_s": b / median,
+            "cpu_seconds_per_step": float(np.median(cpu)), "cpu_step_times_s": cpu,
+            "showers_per_s_total": b * world.size / median,
+            "gflop_per_s": step_flops(step.g, step.d) * b / median / 1e9,
+            "workers": world.size, "rank": world.rank, "batch_size": b,
+            "precision": cfg.train.precision,
+            "threads": tf.config.threading.get_intra_op_parallelism_threads()}
+
+
+def _rate_batches(cfg, world, data: str):
+    b = cfg.train.batch_size
+    if data == "random":
+        from ..gan.step import E_RANGE
+
+        rng = np.random.default_rng([cfg.train.seed, world.rank])
+        image = (rng.gamma(0.05, 2.0, (b, 25, 25, 25, 1)) * (rng.random((b, 25, 25, 25, 1)) < 0.3))
+        batch = {"image": image.astype(np.float32),
+                 "energy": rng.uniform(*E_RANGE, b).astype(np.float32),
+                 "ecal_sum": image.sum(axis=(1, 2, 3, 4)).astype(np.float32)}
+        while True:
+            yield batch
+    elif data == "files":
+        from ..data import sharding
+        from ..gan.training import collective, data_files
+
+        train_files, _ = collective(world, lambda: data_files(cfg, world.size))
+        shard = sharding.ShardedShowers(train_files, world.rank, world.size, b, seed=cfg.train.seed,
+                                        theta_window=cfg.data.theta_window or None)
+        epoch = 0
+        while True:
+            yield from shard.epoch(epoch)
+            epoch += 1
+    else:
+        raise ValueError(f"measure_step_rate: data must be 'random' or 'files', not {data!r}")
 
 
 TASKS = {"steps": _steps, "train": _train, "allreduce": _allreduce}
