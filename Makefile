@@ -1,13 +1,14 @@
 # gan3d: the two commands of the README, and a few conveniences.
 #   make figures   regenerate every figure of the study (quick profile by default)
-#   make test      run the whole test suite (multi-process Horovod and every notebook included)
+#   make test      run the whole test suite (multi-process Horovod, every notebook, JupyterLab
+#                  in a real browser included)
 # Both build the pinned environment (.venv) first if it is missing or out of date.
 
 PROFILE ?= quick
 ARGS ?=
 PY := .venv/bin/python
 
-.PHONY: env figures test test-fast lab bench doctor clean
+.PHONY: env browser figures test test-fast lab bench doctor clean
 
 env:
 	@bash tools/bootstrap.sh
@@ -15,7 +16,11 @@ env:
 figures: env
 	$(PY) -m gan3d reproduce --profile $(PROFILE) $(ARGS)
 
-test: env
+# Debian's Chromium for the browser test; skipped with a reason where it cannot be installed.
+browser:
+	@bash tools/browser.sh
+
+test: env browser
 	$(PY) -m pytest $(ARGS)
 
 test-fast: env

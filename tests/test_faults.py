@@ -305,12 +305,17 @@ def test_a_non_finite_test_loss_stops_the_run_like_a_training_one(tmp_path, monk
     assert not list((tmp_path / "out" / "checkpoints").glob("*.npz"))
 
 
-def test_twenty_engine_clusters_in_a_row_leave_nothing_behind():
+def test_twenty_engine_clusters_in_a_row_leave_nothing_behind(tmp_path, monkeypatch):
+    import tempfile
+
     from gan3d.parallel.cluster import mpi_engines
 
+    private = tmp_path / "tmp"  # the cluster's temporary files go here, and only theirs
+    private.mkdir()
+    monkeypatch.setenv("TMPDIR", str(private))
+    monkeypatch.setattr(tempfile, "tempdir", None)
     security = Path.home() / ".ipython" / "profile_default" / "security"
     files_before = set(security.glob("*")) if security.is_dir() else set()
-    tmp_before = set(Path("/tmp").iterdir())
     me = psutil.Process()
     listening_before = {c.laddr for c in me.net_connections("inet") if c.status == "LISTEN"}
     children_before = {p.pid for p in me.children(recursive=True)}
@@ -324,6 +329,34 @@ def test_twenty_engine_clusters_in_a_row_leave_nothing_behind():
     listening = {c.laddr for c in me.net_connections("inet") if c.status == "LISTEN"}
     assert listening <= listening_before
     assert (set(security.glob("*")) if security.is_dir() else set()) <= files_before
-    new_tmp = {p for p in set(Path("/tmp").iterdir()) - tmp_before
-               if not p.name.startswith("pytest-")}
-    assert new_tmp == set()
+    assert list(private.iterdir()) == []
+
+
+def test_a_killed_kernel_leaves_no_engine_behind():
+    """A kernel that dies without cleaning up (SIGKILL: out of memory, "kill kernel"): the
+    watchdog started beside the cluster ends the engines, the controller and mpiexec."""
+    from jupyter_client.manager import KernelManager
+
+    km = KernelManager(kernel_name="gan3d")
+    km.start_kernel(env={**runtime.mpi_environment(), "IPP_NONINTERACTIVE": "1"})
+    kc = km.client()
+    kc.start_channels()
+    try:
+        kc.wait_for_ready(timeout=120)
+        kernel = psutil.Process(km.provisioner.process.pid)
+        msg_id = kc.execute("from gan3d.parallel.cluster import start_engines\n"
+                            "engines = start_engines(2)")
+        reply = kc.get_shell_msg(timeout=180)
+        while reply["parent_header"].get("msg_id") != msg_id:
+            reply = kc.get_shell_msg(timeout=180)
+        assert reply["content"]["status"] == "ok"
+        tree = kernel.children(recursive=True)
+        assert sum(map(_engine, tree)) == 2
+        t0 = time.monotonic()
+        kernel.send_signal(signal.SIGKILL)
+        left = _gone(tree, timeout=20)
+        print(f"\nkernel killed -> its engines ended in {time.monotonic() - t0:.1f} s")
+        assert left == [], [" ".join(p.cmdline())[:80] for p in left]
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)

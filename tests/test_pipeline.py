@@ -1,10 +1,13 @@
 """The figure pipeline's mechanics on small stand-in notebooks: order, skipping, redo, failure.
 
-The real notebooks are executed by their own tests (tests/test_notebook_*.py); here four tiny
+The real notebooks are executed by their own tests (tests/test_notebook_*.py); here five tiny
 notebooks with the real names let each property be checked in seconds per notebook.
 """
 
 from __future__ import annotations
+
+import platform
+import re
 
 import nbformat
 import pytest
@@ -56,12 +59,16 @@ def _run(project, **kwargs):
 @pytest.mark.slow
 def test_runs_in_order_publishes_figures_and_index(project):
     summary = _run(project)
-    assert summary.ok and [r.status for r in summary.records] == ["ran"] * 4
+    assert summary.ok and [r.status for r in summary.records] == ["ran"] * len(STEPS)
     figures = project / "figures"
     assert sorted(p.name for p in figures.glob("*.png")) == sorted(f"{s.name}_fig.png" for s in STEPS)
     index = (figures / "README.md").read_text()
     for s in STEPS:
         assert f"{s.name}_fig.png" in index and s.notebook in index
+    from gan3d.pipeline import _code_hash
+
+    assert f"`{_code_hash()[:12]}`" in index  # the code that made them, not a commit
+    assert not re.search(rf"\b{re.escape(platform.node())}\b", index)  # no host name
     assert (project / "results" / "notebooks" / STEPS[0].notebook).is_file()
     assert list((project / "results" / "pipeline").glob("run-*.json"))
 
@@ -70,16 +77,16 @@ def test_runs_in_order_publishes_figures_and_index(project):
 def test_second_run_skips_and_a_change_redoes_that_step_and_later_ones(project):
     _run(project)
     again = _run(project)
-    assert [r.status for r in again.records] == ["skipped"] * 4
-    # changing the third notebook redoes it and the fourth only
+    assert [r.status for r in again.records] == ["skipped"] * 5
+    # changing the third notebook redoes it and the fourth, which reads it; not the lesson (5th)
     _write_notebook(project / "notebooks" / STEPS[2].notebook, f"{STEPS[2].name}_fig", value=2)
     third = _run(project)
-    assert [r.status for r in third.records] == ["skipped", "skipped", "ran", "ran"]
+    assert [r.status for r in third.records] == ["skipped", "skipped", "ran", "ran", "skipped"]
     # a parameter that reaches the training notebook (and so validation) redoes 2..4
     fourth = _run(project, overrides={"train.workers": 3})
-    assert [r.status for r in fourth.records] == ["skipped", "ran", "ran", "ran"]
+    assert [r.status for r in fourth.records] == ["skipped", "ran", "ran", "ran", "skipped"]
     forced = _run(project, overrides={"train.workers": 3}, force=True)
-    assert [r.status for r in forced.records] == ["ran"] * 4
+    assert [r.status for r in forced.records] == ["ran"] * 5
 
 
 @pytest.mark.slow
@@ -91,7 +98,7 @@ def test_failure_names_notebook_and_cell_and_keeps_earlier_figures(project):
     summary = _run(project)
     assert not summary.ok
     statuses = [r.status for r in summary.records]
-    assert statuses == ["skipped", "skipped", "failed", "not run"]
+    assert statuses == ["skipped", "skipped", "failed", "not run", "not run"]
     failed = summary.records[2]
     assert STEPS[2].notebook in failed.error and "cell" in failed.error
     assert "deliberate failure" in failed.error
@@ -99,7 +106,8 @@ def test_failure_names_notebook_and_cell_and_keeps_earlier_figures(project):
     assert (project / "results" / "notebooks" / STEPS[2].notebook).is_file()  # kept to inspect
     # the failed step is not remembered as done: fixing it makes it run again
     _write_notebook(project / "notebooks" / STEPS[2].notebook, f"{STEPS[2].name}_fig", value=5)
-    assert [r.status for r in _run(project).records] == ["skipped", "skipped", "ran", "ran"]
+    assert [r.status for r in _run(project).records] == ["skipped", "skipped", "ran", "ran",
+                                                         "skipped"]
 
 
 @pytest.mark.slow
@@ -121,3 +129,20 @@ def test_index_shows_project_paths_relative_to_the_project():
     inside = str(repo_root() / "results" / "training" / "train_1w")
     assert _shown([inside, "/elsewhere/x"]) == ["results/training/train_1w", "/elsewhere/x"]
     assert _shown(3) == 3 and _shown("quick") == "quick"
+
+
+def test_committed_figures_match_their_index():
+    """figures/ is committed so that a reader sees every figure without running anything; its
+    index lists exactly the figures there, each with the code hash that made it."""
+    from conftest import ROOT
+
+    folder = ROOT / "figures"
+    pngs = {p.name for p in folder.glob("*.png")}
+    index = (folder / "README.md").read_text()
+    listed = set(re.findall(r"^\| \[([\w.]+\.png)\]", index, flags=re.M))
+    assert pngs and listed == pngs
+    assert {s.name for s in STEPS} <= {n.split("_")[0] if not n.startswith("fig") else "scaling"
+                                       for n in pngs} | {"scaling"}
+    assert all(re.search(rf"\[{re.escape(n)}\].*\| `[0-9a-f]{{12}}` \|$", index, flags=re.M)
+               for n in pngs)
+    assert sum(p.stat().st_size for p in folder.glob("*.png")) < 5 * 2**20

@@ -94,11 +94,16 @@ class _Loader(importlib.abc.Loader):
         warnings.warn(f"{spec.name} moved in gan3d 0.2: import {' / '.join(targets)} instead",
                       FutureWarning, stacklevel=2)
         if len(targets) == 1:
-            return importlib.import_module(targets[0])  # the same module object: one state
+            module = importlib.import_module(targets[0])  # the same module object: one state
+            self._real_spec = module.__spec__
+            return module
         return _Facade(spec.name, targets)
 
     def exec_module(self, module):
-        pass
+        # The import machinery has just set the module's __spec__ to the alias's; give the real
+        # module its own back (its relative imports and pickling depend on it).
+        if getattr(self, "_real_spec", None) is not None:
+            module.__spec__ = self._real_spec
 
 
 class _Finder(importlib.abc.MetaPathFinder):

@@ -30,7 +30,7 @@ from .parallel.launch import guard, in_mpi_job, launch
 from .paths import repo_root
 from .runtime import apply_process_defaults
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "lab_command"]
 
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
@@ -176,11 +176,22 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
     return 0 if summary.ok else 1
 
 
+def lab_command(extra: Sequence[str] = ()) -> list[str]:
+    """The JupyterLab command of ``gan3d lab``: notebooks/, the gan3d kernel by default, and
+    ``--allow-root`` when run as root (containers, CI), which JupyterLab otherwise refuses."""
+    cmd = [sys.executable, "-m", "jupyterlab", "--notebook-dir", str(repo_root() / "notebooks"),
+           "--MappingKernelManager.default_kernel_name=gan3d", *extra]
+    if os.geteuid() == 0 and "--allow-root" not in extra:
+        print("gan3d lab: running as root, so JupyterLab is started with --allow-root",
+              file=sys.stderr)
+        cmd.append("--allow-root")
+    return cmd
+
+
 def _cmd_lab(args: argparse.Namespace) -> int:
     apply_process_defaults()
-    os.execv(sys.executable, [sys.executable, "-m", "jupyterlab", "--notebook-dir",
-                              str(repo_root() / "notebooks"),
-                              "--MappingKernelManager.default_kernel_name=gan3d", *args.lab_args])
+    cmd = lab_command(args.lab_args)
+    os.execv(cmd[0], cmd)
     return 0  # pragma: no cover - execv does not return
 
 

@@ -19,7 +19,7 @@ import logging
 import os
 import sys
 
-from tqdm.auto import tqdm
+from tqdm import tqdm  # text bars: the same in a terminal, a notebook and an engine
 
 __all__ = ["get_logger", "set_rank", "progress", "FORMAT"]
 

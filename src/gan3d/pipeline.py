@@ -12,8 +12,9 @@ and then:
 * records provenance per run (parameters, versions, commit, machine, time per notebook).
 
 A notebook is skipped when its inputs did not change: its key hashes the notebook, its parameters,
-the package's code and the key of the notebook before it (so a change redoes that notebook and those
-after it, and only those). ``--force`` redoes everything.
+the package's code and, for a notebook that reads the one before it (``Step.chained``), that one's
+key (so a change redoes that notebook and those after it that depend on it, and only those).
+``--force`` redoes everything.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from typing import Any, Mapping, Sequence
 from . import console
 from .config import Config, resolve, to_dict
 from .exceptions import ConfigError, NotebookFailed
-from .io import atomic_path, ensure_dir, git_commit, provenance, read_json, write_json
+from .io import atomic_path, ensure_dir, provenance, read_json, write_json
 from .paths import repo_root
 from .runtime import apply_process_defaults
 
@@ -46,6 +47,7 @@ class Step:
     name: str      # short name: results/<name>/, staging folder, index section
     reproduces: str
     sections: tuple[str, ...]  # configuration sections the notebook reads (its overrides)
+    chained: bool = True  # reads what the notebook before it made: redone when that one is
 
 
 STEPS = (
@@ -60,6 +62,8 @@ STEPS = (
     Step("04_physics_validation.ipynb", "validation",
          "goes beyond the paper: are the distributed GAN's showers physically right?",
          ("data", "train", "validation")),
+    Step("05_distributed_concepts.ipynb", "concepts",
+         "teaches the paper's mechanisms hands-on on live MPI engines", (), chained=False),
 )
 
 # Which paper figure each output reproduces, by file-name prefix (most specific first).
@@ -72,6 +76,7 @@ FIGURE_MAP = (
     ("training_", "Sect. 6 - convergence of 1 vs N workers (text claim, no figure in the paper)"),
     ("data_", "extends - the training data (no figure in the paper)"),
     ("validation_", "extends - physics validation as in 3DGAN's own papers"),
+    ("concepts_", "teaches - ring all-reduce, data parallelism, lr scaling, Amdahl (Sect. 4-6)"),
 )
 
 
@@ -128,11 +133,13 @@ def step_parameters(step: Step, cfg: Config, overrides: Mapping[str, Any], resul
     """Papermill parameters of ``step``: the profile, its overrides and the step's folders.
 
     A notebook gets only the overrides of the sections it reads, so that changing, say, a
-    validation setting does not redo the training.
+    validation setting does not redo the training; one that reads no configuration (the lesson)
+    gets neither profile nor overrides.
     """
-    mine = {k: v for k, v in overrides.items() if k.split(".")[0] in step.sections}
-    params: dict[str, Any] = {"profile": cfg.profile, "overrides": mine,
-                              "figures_dir": str(staging), "results_dir": str(results / step.name)}
+    params: dict[str, Any] = {"figures_dir": str(staging), "results_dir": str(results / step.name)}
+    if step.sections:
+        mine = {k: v for k, v in overrides.items() if k.split(".")[0] in step.sections}
+        params = {"profile": cfg.profile, "overrides": mine, **params}
     if step.name == "training":
         params["workers"] = cfg.train.workers
     if step.name == "scaling":
@@ -227,14 +234,15 @@ def reproduce(profile: str = "quick", overrides: Mapping[str, Any] | None = None
     root = repo_root()
     run = _Run(cfg, Path(notebooks_dir or root / "notebooks"),
                ensure_dir(Path(results_dir or root / cfg.pipeline.results)),
-               ensure_dir(Path(figures_dir or root / cfg.pipeline.figures)), force)
-    code, previous, t_start = _code_hash(), "", time.monotonic()
+               ensure_dir(Path(figures_dir or root / cfg.pipeline.figures)), force, _code_hash())
+    code, previous, t_start = run.code, "", time.monotonic()
     records: list[StepRecord] = []
     selected = _select(only)
     for i, step in enumerate(STEPS):
         staging = run.results / step.name / "figures_staging"
         params = step_parameters(step, cfg, overrides, run.results, staging)
-        key = previous = _key(run.notebooks / step.notebook, params, code, previous)
+        key = _key(run.notebooks / step.notebook, params, code, previous if step.chained else "")
+        previous = key
         if step in selected:
             records.append(run.step(f"[{i + 1}/{len(STEPS)}]", step, params, key, staging))
             if records[-1].status == "failed":
@@ -258,6 +266,7 @@ class _Run:
     results: Path
     figures: Path
     force: bool
+    code: str = ""
 
     def __post_init__(self):
         self.state_path = self.results / "pipeline" / "state.json"
@@ -292,7 +301,8 @@ class _Run:
         names = _publish(staging, self.figures)
         rec = StepRecord(step.notebook, "ran", time.monotonic() - t0, names, key)
         self.state[step.notebook] = {"key": key, "figures": names, "seconds": rec.seconds,
-                                     "parameters": params, "finished_utc": _now()}
+                                     "parameters": params, "finished_utc": _now(),
+                                     "code": self.code}
         write_json(self.state_path, self.state)
         return rec
 
@@ -324,13 +334,15 @@ def _shown(value: Any) -> Any:
 
 
 def _write_index(figures: Path, state: Mapping[str, Any]) -> None:
-    """figures/README.md: each figure -> paper figure, notebook, parameters, date, commit."""
-    commit = git_commit() or "unknown"
+    """figures/README.md: each figure -> paper figure, notebook, parameters, date, code hash.
+
+    The index is committed with the figures, so it cannot name its own commit (the tree is dirty
+    while it is written): it records the hash of the package's code that made each figure."""
     lines = ["# Figures", "",
              "Regenerated by `gan3d reproduce` (`make figures`). Each row: the figure, what of the",
              "paper it reproduces or extends, and the notebook run that made it.", "",
-             "| figure | reproduces | notebook | parameters | made (UTC) |",
-             "|---|---|---|---|---|"]
+             "| figure | reproduces | notebook | parameters | made (UTC) | code |",
+             "|---|---|---|---|---|---|"]
     for step in STEPS:
         entry = state.get(step.notebook)
         if not entry:
@@ -339,7 +351,10 @@ def _write_index(figures: Path, state: Mapping[str, Any]) -> None:
         ptext = ", ".join(f"{k}={_shown(v)}" for k, v in params.items()).replace("|", "/")
         for name in entry["figures"]:
             lines.append(f"| [{name}]({name}) | {_paper_figure(name)} | {step.notebook} | "
-                         f"{ptext} | {entry['finished_utc']} |")
-    lines += ["", f"Code: commit `{commit}`."]
+                         f"{ptext} | {entry['finished_utc']} | `{entry.get('code', '?')[:12]}` |")
+    lines += ["", "Code: the first 12 hex digits of the SHA-256 of the package's code and data "
+              "files (`src/gan3d`: .py, .yaml, .mplstyle, .json) when the figure was made, the hash "
+              "the pipeline keys its runs on. The index cannot name the commit that holds it: the "
+              "tree is dirty while it is written (`git log -- figures/` tells)."]
     with atomic_path(figures / "README.md") as tmp:
         tmp.write_text("\n".join(lines) + "\n")

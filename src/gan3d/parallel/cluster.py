@@ -7,6 +7,10 @@
 
     result = train_on_engines(cfg, workers=2)        # rank 0's TrainResult as a dict
 
+    engines = start_engines(2)                       # a lesson: the cluster lives across cells,
+    %%px                                             # which run on every engine with %%px,
+    ...                                              # until engines.stop() (or the kernel ends)
+
 Every engine is one MPI rank started by ``mpiexec``; ``hvd.init()`` inside a function joins that
 world. Every collective must run on all ranks, so :meth:`EngineCluster.run` always targets all of
 them. Rank 0's output is streamed while the function runs. If one rank raises, the others would
@@ -18,9 +22,11 @@ the whole cluster. Interrupting the cell (KeyboardInterrupt) does the same. No e
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
+import subprocess
 import sys
 import time
 from typing import Any, Callable, Iterator
@@ -32,7 +38,7 @@ from ..config import from_dict, to_dict
 from ..exceptions import EnvironmentProblem, RankFailed
 from . import distributed
 
-__all__ = ["EngineCluster", "mpi_engines", "train_on_engines"]
+__all__ = ["EngineCluster", "start_engines", "mpi_engines", "train_on_engines"]
 
 log = console.get_logger(__name__)
 
@@ -57,6 +63,19 @@ class EngineCluster:
         if sorted(self.engine_of_rank) != list(range(n)):
             raise EnvironmentProblem(f"engines report MPI ranks {sorted(ranks)}, expected 0..{n - 1}: "
                                      "they were not started as one MPI job")
+
+    def stop(self) -> None:
+        """Stop the engines, the controller and whatever they started (idempotent)."""
+        stopper, self._stopper = getattr(self, "_stopper", None), None
+        if stopper is not None:
+            atexit.unregister(self.stop)
+            stopper()
+
+    def __enter__(self) -> "EngineCluster":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
 
     def dead_ranks(self) -> list[int]:
         """Ranks whose engine process has ended (killed, out of memory, crashed): a liveness
@@ -137,12 +156,14 @@ def _own_processes():
     return {p.pid: p for p in psutil.Process().children(recursive=True)}
 
 
-@contextlib.contextmanager
-def mpi_engines(n: int, *, timeout: float = 180.0) -> Iterator[EngineCluster]:
-    """Start an ipyparallel controller and ``n`` engines as one MPI job; stop them on exit.
+def start_engines(n: int, *, timeout: float = 180.0, magics: bool = True) -> EngineCluster:
+    """Start an ipyparallel controller and ``n`` engines as one MPI job; return it running.
 
-    The package's Open MPI settings apply (root, yielding, loopback); binding is left to the OS
-    because ipyparallel starts one engine per slot and more engines than cores are allowed.
+    Stop it with :meth:`EngineCluster.stop` (or use :func:`mpi_engines`, which always does); it
+    is also stopped when the Python process exits, so a notebook whose kernel is shut down leaves
+    no engine behind. With ``magics`` (in IPython), ``%px`` / ``%%px`` / ``%autopx`` run code on
+    every engine. The package's Open MPI settings apply (root, yielding); binding is left to the
+    OS because ipyparallel starts one engine per slot and more engines than cores are allowed.
     """
     import ipyparallel as ipp
 
@@ -163,13 +184,48 @@ def mpi_engines(n: int, *, timeout: float = 180.0) -> Iterator[EngineCluster]:
     try:
         log.info("starting %d MPI engine(s)", n)
         client = cluster.start_and_connect_sync(n=n)
-        yield EngineCluster(client, n)
-    finally:
+        engines = EngineCluster(client, n)
+    except BaseException:
         _shutdown(cluster, client, before)
+        raise
+    started = [pid for pid in _own_processes() if pid not in before]
+    watchdog = subprocess.Popen(  # ends the cluster if this process dies without cleaning up
+        [sys.executable, "-m", "gan3d.parallel.watchdog", str(os.getpid()), *map(str, started)],
+        env=runtime.mpi_environment(), start_new_session=True, stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    engines._stopper = lambda: _shutdown(cluster, client, before, watchdog)
+    atexit.register(engines.stop)
+    if magics and _in_ipython():
+        view = client[:]
+        view.block = True  # a %%px cell ends when every engine has run it, its output shown
+        view.activate()  # %px, %%px, %autopx on every engine
+    return engines
 
 
-def _shutdown(cluster, client, before: set[int]) -> None:
+def _in_ipython() -> bool:
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover - IPython comes with Jupyter, always installed here
+        return False
+    return get_ipython() is not None
+
+
+@contextlib.contextmanager
+def mpi_engines(n: int, *, timeout: float = 180.0) -> Iterator[EngineCluster]:
+    """:func:`start_engines` as a context manager: the cluster is stopped on leaving the block,
+    also when a rank failed or the cell was interrupted."""
+    engines = start_engines(n, timeout=timeout, magics=False)
+    try:
+        yield engines
+    finally:
+        engines.stop()
+
+
+def _shutdown(cluster, client, before: set[int], watchdog=None) -> None:
     """Stop engines and controller; kill whatever the cluster started and is still alive."""
+    if watchdog is not None:
+        watchdog.kill()
+        watchdog.wait()
     with contextlib.suppress(Exception):
         if client is not None:
             client.close()

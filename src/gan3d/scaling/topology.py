@@ -227,7 +227,7 @@ def read_machine(root: str | os.PathLike = "/") -> dict:
         links.append({"a": f"cpu{a}", "b": f"cpu{b}", "kind": "smp", "label": "inter-socket",
                       "bandwidth_GBps": None})
     _attach_devices(comps, links, nics, gpus, gpu_links, numa, sockets, first)
-    return {"name": f"this machine ({platform.node()})",
+    return {"name": "this machine",
             "source": "read from /sys, /proc" + (" and nvidia-smi" if gpus else ""),
             "components": comps, "links": links}
 
