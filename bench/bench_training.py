@@ -65,16 +65,6 @@ def matmul_peak(dtype: str, n: int = 2048, repeats: int = 5) -> float:
     return 2 * n**3 / float(np.median(times)) / 1e9
 
 
-def cpu_has_bf16() -> bool:
-    """Whether the CPU has bfloat16 arithmetic (AVX512_BF16 or AMX); without it TensorFlow's
-    oneDNN refuses bfloat16 and falls back to slow Eigen kernels."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text().split()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
-
-
 def probe_bf16(opts) -> dict:
     """One short 1-rank run per precision (batch 2), to show why bfloat16 is skipped."""
     small = argparse.Namespace(**{**vars(opts), "batch": 2, "steps": 1, "warmup": 1})
@@ -246,6 +236,8 @@ def main(argv=None) -> int:
     from gan3d.io import provenance, write_json
     from gan3d.gan.model import step_flops
     from gan3d.paths import resolve_path
+
+    from gan3d.runtime import cpu_has_bf16
 
     bf16 = cpu_has_bf16()
     notes = {}

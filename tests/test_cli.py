@@ -36,8 +36,8 @@ def test_wrong_type_names_the_expected_type():
 
 
 def test_unknown_notebook_for_reproduce_lists_the_choices():
-    res = gan3d("reproduce", "--only", "05")
-    assert res.returncode == 2 and "data, training, scaling, validation" in res.stderr
+    res = gan3d("reproduce", "--only", "99")
+    assert res.returncode == 2 and "data, training, scaling, validation, concepts" in res.stderr
 
 
 def test_validate_names_a_folder_without_generator(tmp_path):

@@ -146,3 +146,17 @@ def test_committed_figures_match_their_index():
     assert all(re.search(rf"\[{re.escape(n)}\].*\| `[0-9a-f]{{12}}` \|$", index, flags=re.M)
                for n in pngs)
     assert sum(p.stat().st_size for p in folder.glob("*.png")) < 5 * 2**20
+
+
+@pytest.mark.slow
+def test_running_one_notebook_keeps_the_other_rows_of_the_index(project):
+    """A fresh clone (committed figures, no results) that runs one notebook with --only keeps the
+    index rows of the figures it did not remake."""
+    import shutil
+
+    _run(project)
+    shutil.rmtree(project / "results")  # as in a fresh clone: the figures and index only
+    summary = _run(project, only=["concepts"])
+    assert [r.status for r in summary.records] == ["ran"]
+    index = (project / "figures" / "README.md").read_text()
+    assert all(f"[{s.name}_fig.png]" in index for s in STEPS)

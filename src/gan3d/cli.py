@@ -7,6 +7,7 @@
     mpirun -np 4 gan3d train --profile paper      # or under any launcher (horovodrun too)
     gan3d scale --profile quick                   # scaling experiments
     gan3d validate results/training/train_1w      # physics validation of a trained generator
+    gan3d simulate --generator results/training/train_1w --n 1000 --output sim.h5
     gan3d reproduce --profile quick               # every figure of the study
     gan3d lab                                     # JupyterLab on notebooks/ with the gan3d kernel
 
@@ -56,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     _train_parser(sub)
     _scale_parser(sub)
     _validate_parser(sub)
+    _simulate_parser(sub)
     rep = sub.add_parser("reproduce", help="run every notebook and regenerate every figure")
     _add_config_args(rep)
     rep.add_argument("--force", action="store_true", help="redo every step, even if up to date")
@@ -106,6 +108,29 @@ def _validate_parser(sub) -> None:
     val.add_argument("--labels", help="comma-separated names, one per folder (default: folder names)")
     val.add_argument("--no-low-level", action="store_true", help="skip the voxel-level classifier")
     val.add_argument("--output", help="validation.output folder")
+
+
+def _simulate_parser(sub) -> None:
+    sim = sub.add_parser("simulate", help="generate showers with a trained generator, written in "
+                         "the CLIC HDF5 schema")
+    sim.add_argument("--generator", required=True,
+                     help="a training output folder (with generator.keras) or a .keras file")
+    sim.add_argument("--n", type=int, required=True, help="number of showers")
+    sim.add_argument("--energies", default="10:500",
+                     help="primary energies in GeV: LO:HI (uniform) or a list 50,100,200")
+    sim.add_argument("--output", required=True, help="the .h5 file to write")
+    sim.add_argument("--batch", type=int, default=64, help="showers per inference call")
+    sim.add_argument("--seed", type=int, default=0)
+    sim.add_argument("--precision", default="auto", choices=("auto", "float32", "bfloat16"),
+                     help="auto: bfloat16 where the CPU has bfloat16 arithmetic, else float32")
+
+
+def _cmd_simulate(args: argparse.Namespace) -> int:
+    from .gan.simulate import simulate  # imports TensorFlow
+
+    simulate(args.generator, args.n, args.output, energies=args.energies, batch=args.batch,
+             seed=args.seed, precision=args.precision)
+    return 0
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
@@ -203,7 +228,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
 COMMANDS = {"doctor": _cmd_doctor, "data": _cmd_data, "train": _cmd_train, "scale": _cmd_scale,
             "validate": _cmd_validate,
-            "reproduce": _cmd_reproduce, "lab": _cmd_lab}
+            "simulate": _cmd_simulate, "reproduce": _cmd_reproduce, "lab": _cmd_lab}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

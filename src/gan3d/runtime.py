@@ -32,6 +32,7 @@ __all__ = [
     "cpu_count",
     "local_rank_info",
     "threads_per_rank",
+    "cpu_has_bf16",
     "mpi_environment",
     "mpirun_command",
     "apply_process_defaults",
@@ -63,6 +64,16 @@ def cpu_count() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
         return os.cpu_count() or 1
+
+
+def cpu_has_bf16(cpuinfo: str | os.PathLike = "/proc/cpuinfo") -> bool:
+    """Whether the CPU has bfloat16 arithmetic (AVX512_BF16 or AMX). Without it TensorFlow's
+    oneDNN refuses bfloat16 and falls back to kernels ~28x slower than float32 (measured)."""
+    try:
+        flags = Path(cpuinfo).read_text().split()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 def local_rank_info() -> tuple[int, int]:

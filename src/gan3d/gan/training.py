@@ -257,10 +257,16 @@ class _Loop:
 
     def _train(self, epoch: int) -> tuple[np.ndarray, float]:
         sums, lr = np.zeros(len(_LOSSES)), 0.0
+        t_prev = time.perf_counter()
         for i, batch in enumerate(self.data.epoch(epoch)):
+            t_batch = time.perf_counter()  # the input pipeline's share ends here
             lr = learning_rate(self.cfg, self.world.size, epoch + i / self.steps)
             self.step.set_learning_rate(lr)
             losses = np.asarray(self.step.train_step(batch), dtype=np.float64)
+            t_step = time.perf_counter()
+            log.debug("epoch %d step %d: %.3f s waiting for the batch, %.3f s in the step",
+                      epoch + 1, i + 1, t_batch - t_prev, t_step - t_batch)
+            t_prev = t_step
             if not np.isfinite(losses).all():
                 bad = ", ".join(f"{n}={v}" for n, v in zip(_LOSSES, losses) if not math.isfinite(v))
                 raise NonFiniteLoss(

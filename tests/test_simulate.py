@@ -1,0 +1,61 @@
+"""gan3d simulate: GAN showers in the CLIC schema that the readers and the checks take."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import pytest
+
+from gan3d.data import files
+from gan3d.exceptions import CheckpointError, ConfigError
+from gan3d.gan import model, simulate
+
+
+@pytest.fixture(scope="module")
+def generator(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("train_1w")
+    model.save_generator(model.build_generator(), folder / "generator.keras")
+    (folder / "config.json").write_text('{"config": {"train": {"epochs": 1}}}')
+    return folder
+
+
+def test_energies_are_a_range_or_a_list():
+    assert simulate.parse_energies("10:500") == (10.0, 500.0)
+    assert simulate.parse_energies("50, 100,200") == [50.0, 100.0, 200.0]
+    e = simulate.primary_energies("10:500", 1000, seed=1)
+    assert e.dtype == np.float32 and 10 <= e.min() and e.max() <= 500 and np.ptp(e) > 400
+    assert list(simulate.primary_energies("50,100", 5)) == [50, 100, 50, 100, 50]
+    for bad in ("500:10", "x", "-5,10", ""):
+        with pytest.raises(ConfigError, match="--energies"):
+            simulate.parse_energies(bad)
+
+
+def test_a_file_the_readers_take_marked_as_made_by_a_gan(tmp_path, generator):
+    out = simulate.simulate(generator, 20, tmp_path / "sim.h5", energies="50,100", batch=8,
+                            seed=3, precision="float32", progress=False)
+    assert out["n"] == 20 and out["precision"] == "float32" and out["showers_per_s"] > 0
+    ecal, energy = files.read_showers(tmp_path / "sim.h5")  # an untrained GAN's: still read
+    assert ecal.shape == (20, 25, 25, 25) and ecal.min() >= 0
+    assert list(energy[:4]) == [50, 100, 50, 100]
+    with h5py.File(tmp_path / "sim.h5") as f:
+        assert f.attrs["origin"] == "gan" and f.attrs["seed"] == 3
+        assert len(f.attrs["generator_sha256"]) == 64 and '"epochs": 1' in f.attrs["generator_config"]
+    report = files.check_folder(tmp_path)
+    assert report.problems == [] and any("written by a GAN" in n for n in report.notes)
+    # the same seed gives the same showers, the last (padded) batch included
+    simulate.simulate(generator / "generator.keras", 20, tmp_path / "again.h5", energies="50,100",
+                      batch=8, seed=3, precision="float32", progress=False)
+    np.testing.assert_array_equal(files.read_showers(tmp_path / "again.h5")[0], ecal)
+
+
+def test_a_missing_generator_is_named(tmp_path):
+    with pytest.raises(CheckpointError, match="generator.keras does not exist"):
+        simulate.simulate(tmp_path, 4, tmp_path / "x.h5", progress=False)
+    out = subprocess.run([sys.executable, "-m", "gan3d", "simulate", "--generator", str(tmp_path),
+                          "--n", "4", "--energies", "lots", "--output", str(tmp_path / "x.h5")],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "error:" in out.stderr and not (tmp_path / "x.h5").exists()
