@@ -112,3 +112,14 @@ def test_tf_dataset_shapes_and_cardinality(train_files):
     test = sharding.test_batches(train_files, 0, 1, 50)
     assert isinstance(test, tf.data.Dataset)
     assert [int(x["energy"].shape[0]) for x in test] == [50, 50, 28]
+
+
+def test_no_autotuning_thread_to_wait_for_at_the_end_of_an_epoch(train_files):
+    """tf.data's autotuning runs a model thread per iterator, sleeping up to 60 s at a time;
+    destroying the iterator at every epoch's end waited for its wake-up (2 ranks: every epoch
+    81.9 s, whatever its steps took). The package's datasets have none."""
+    pytest.importorskip("tensorflow")
+    training = sharding.ShardedShowers(train_files, 0, 1, 8, seed=0).epoch(0)
+    evaluation = sharding.test_batches(train_files, 0, 1, 8)
+    assert training.options().autotune.enabled is False
+    assert evaluation.options().autotune.enabled is False
