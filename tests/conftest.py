@@ -81,4 +81,5 @@ def gan_step():
     from gan3d.parallel import distributed
 
     distributed.init()
-    return training.build_step(config.resolve("quick", {"train.seed": 3}))
+    return training.build_step(config.resolve("quick", {"train.seed": 3,
+                                                        "train.precision": "float32"}))

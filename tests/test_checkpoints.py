@@ -37,6 +37,11 @@ def test_resume_refuses_other_settings_and_damaged_checkpoints(tmp_path, gan_ste
     checkpoints.check_compatible(meta, cfg.replace(**{"train.epochs": 9}), path)  # more epochs: fine
     with pytest.raises(CheckpointError, match=r"train.batch_size: 2 -> 4"):
         checkpoints.check_compatible(meta, cfg.replace(**{"train.batch_size": 4}), path)
+    # "auto" resolved on a CPU with bfloat16, resumed on one without: refused, not switched
+    bf16 = cfg.replace(**{"train.precision": "bfloat16"})
+    with pytest.raises(CheckpointError, match=r"train.precision: 'bfloat16' -> 'float32'"):
+        checkpoints.check_compatible({**meta, "config": config.to_dict(bf16)},
+                                     cfg.replace(**{"train.precision": "float32"}), path)
     with pytest.raises(CheckpointError, match="different model"):
         checkpoints.restore_variables(gan_step.state_variables()[:-1], meta, arrays, path)
     for epoch in (2, 3):

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from gan3d import runtime
-from gan3d.exceptions import EnvironmentProblem
+from gan3d.exceptions import ConfigError, EnvironmentProblem
 
 
 @pytest.mark.parametrize("own, parent, local_size, threads", [
@@ -65,3 +65,24 @@ def test_defaults_never_override_the_user(monkeypatch):
     runtime.apply_process_defaults()
     assert os.environ["HOROVOD_CYCLE_TIME"] == "1"
     assert os.environ["PATH"].startswith(str(runtime.env_bin()) + os.pathsep)
+
+
+def test_auto_precision_follows_the_cpu_flags(tmp_path, monkeypatch):
+    from gan3d import config
+
+    plain, bf16 = tmp_path / "plain", tmp_path / "bf16"
+    plain.write_text("flags\t\t: fpu sse2 avx2 avx512f avx512_vnni\n")
+    bf16.write_text("flags\t\t: fpu sse2 avx2 avx512f avx512_bf16\n")
+    assert runtime.resolve_precision("auto", plain) == "float32"
+    assert runtime.resolve_precision("auto", bf16) == "bfloat16"
+    assert runtime.resolve_precision("auto", tmp_path / "absent") == "float32"
+    assert runtime.resolve_precision("bfloat16", plain) == "bfloat16"  # asked for: kept
+    with pytest.raises(ConfigError, match="float16"):
+        runtime.resolve_precision("float16")
+    cfg = config.resolve("quick")
+    assert cfg.train.precision == "auto"
+    for has, expected in ((True, "bfloat16"), (False, "float32")):
+        monkeypatch.setattr(runtime, "cpu_has_bf16", lambda *a, has=has: has)
+        assert config.resolved_precision(cfg).train.precision == expected
+        pinned = cfg.replace(**{"train.precision": "float32"})
+        assert config.resolved_precision(pinned).train.precision == "float32"

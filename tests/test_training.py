@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from gan3d import config
+from gan3d import config, runtime
 from gan3d.gan import checkpoints, step, training
 from gan3d.exceptions import (CheckpointError, ConfigError, DataFileMissing, NonFiniteLoss,
                               OutputNotWritable)
@@ -57,6 +57,7 @@ def test_train_outputs_then_nan_keeps_the_last_good_checkpoint(tmp_path, monkeyp
     assert [r["timed"] for r in rows] == [False, True]  # the quick profile's 1 warm-up epoch
     for r in rows:
         assert r["workers"] == 1 and r["steps"] == 2 and r["eval_mode"] == "distributed"
+        assert r["precision"] == runtime.resolve_precision("auto")  # recorded as resolved
         assert np.isfinite([r["d_loss"], r["g_loss"], r["test_d_loss"], r["test_g_loss"]]).all()
         assert r["d_loss"] == pytest.approx(sum(w * r[k] for w, k in
                                                 zip((2, 0.1, 0.1), ("d_bce", "d_aux", "d_ecal"))))
@@ -66,7 +67,8 @@ def test_train_outputs_then_nan_keeps_the_last_good_checkpoint(tmp_path, monkeyp
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["epoch-0001.npz",
                                                                         "epoch-0002.npz"]
     assert list((out / "tb").glob("events.out.tfevents.*"))
-    assert json.loads((out / "config.json").read_text())["config"]["train"]["epochs"] == 2
+    written = json.loads((out / "config.json").read_text())["config"]["train"]
+    assert written["epochs"] == 2 and written["precision"] in ("float32", "bfloat16")
     assert load_generator(result.generator).count_params() == 872_948
     assert not list(out.rglob("*.part")) and not list(out.rglob(".*.keras"))  # no temp files
 

@@ -36,6 +36,7 @@ __all__ = [
     "to_dict",
     "from_dict",
     "flatten",
+    "resolved_precision",
 ]
 
 PROFILES = ("quick", "paper")
@@ -72,7 +73,9 @@ class TrainConfig:
     label_flip: float = 0.05
     eval_mode: Literal["serial", "distributed", "none"] = "distributed"
     eval_fraction: float = 1.0  # share of the test set evaluated each epoch
-    precision: Literal["float32", "bfloat16"] = "float32"
+    # auto: bfloat16 mixed precision where the CPU has bfloat16 arithmetic (AVX512_BF16, AMX),
+    # float32 elsewhere; a run records the precision it resolved to (train.resolved_precision).
+    precision: Literal["auto", "float32", "bfloat16"] = "auto"
     steps_per_epoch: int = 0  # 0: one pass over the training shard
     timing_warmup_epochs: int = 1  # excluded from timing, as the paper excluded its first epochs
     seed: int = 7
@@ -282,6 +285,17 @@ def parse_overrides(items: list[str] | None) -> dict[str, Any]:
         except yaml.YAMLError as exc:
             raise ConfigError(f"override {item!r}: value is not valid YAML ({exc})") from None
     return out
+
+
+def resolved_precision(cfg: Config) -> Config:
+    """``cfg`` with ``train.precision`` "auto" replaced by what this machine runs: bfloat16 where
+    the CPU has bfloat16 arithmetic, else float32. Outputs record the result, so a run resumed on
+    another CPU cannot switch precision silently."""
+    from .runtime import resolve_precision
+
+    if cfg.train.precision != "auto":
+        return cfg
+    return cfg.replace(**{"train.precision": resolve_precision("auto")})
 
 
 def resolve(profile: str = "quick", overrides: Mapping[str, Any] | None = None) -> Config:

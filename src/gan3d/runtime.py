@@ -25,7 +25,7 @@ from pathlib import Path
 
 import psutil
 
-from .exceptions import EnvironmentProblem
+from .exceptions import ConfigError, EnvironmentProblem
 
 __all__ = [
     "env_bin",
@@ -74,6 +74,16 @@ def cpu_has_bf16(cpuinfo: str | os.PathLike = "/proc/cpuinfo") -> bool:
     except OSError:
         return False
     return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def resolve_precision(precision: str, cpuinfo: str | os.PathLike = "/proc/cpuinfo") -> str:
+    """``auto`` -> bfloat16 where the CPU has bfloat16 arithmetic, else float32; float32 and
+    bfloat16 stay as they are. Anything else raises :class:`ConfigError`."""
+    if precision == "auto":
+        return "bfloat16" if cpu_has_bf16(cpuinfo) else "float32"
+    if precision not in ("float32", "bfloat16"):
+        raise ConfigError(f"precision {precision!r}: choose auto, float32 or bfloat16")
+    return precision
 
 
 def local_rank_info() -> tuple[int, int]:

@@ -41,7 +41,7 @@ def _step(seed: int = 5):
     from gan3d.config import resolve
     from gan3d.gan.training import build_step
 
-    return build_step(resolve("quick", {"train.seed": seed}))
+    return build_step(resolve("quick", {"train.seed": seed, "train.precision": "float32"}))
 
 
 def _random_batch(rng, b: int) -> dict:

@@ -30,7 +30,7 @@ from ..exceptions import ConfigError
 from ..io import provenance
 from .model import build_generator, load_generator
 
-__all__ = ["parse_energies", "primary_energies", "resolve_precision", "simulate"]
+__all__ = ["parse_energies", "primary_energies", "simulate"]
 
 log = console.get_logger(__name__)
 
@@ -60,15 +60,6 @@ def primary_energies(spec: str, n: int, seed: int = 0) -> np.ndarray:
     if isinstance(parsed, tuple):
         return np.random.default_rng([seed, 1]).uniform(*parsed, n).astype(np.float32)
     return np.resize(np.asarray(parsed, np.float32), n)
-
-
-def resolve_precision(precision: str) -> str:
-    """``auto`` -> bfloat16 where the CPU has bfloat16 arithmetic, else float32."""
-    if precision == "auto":
-        return "bfloat16" if runtime.cpu_has_bf16() else "float32"
-    if precision not in ("float32", "bfloat16"):
-        raise ConfigError(f"precision {precision!r}: choose auto, float32 or bfloat16")
-    return precision
 
 
 def _generator_file(path) -> Path:
@@ -105,7 +96,7 @@ def simulate(generator, n: int, output, *, energies: str = "10:500", batch: int 
     """
     if n < 1 or batch < 1:
         raise ConfigError(f"--n {n} and --batch {batch} must be at least 1")
-    path, precision = _generator_file(generator), resolve_precision(precision)
+    path, precision = _generator_file(generator), runtime.resolve_precision(precision)
     net = _network(path, precision)
     latent_size = int(net.input_shape[-1])
     infer = tf.function(lambda z: net(z, training=False), reduce_retracing=True)

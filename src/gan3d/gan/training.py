@@ -43,7 +43,7 @@ import numpy as np
 import tensorflow as tf
 
 from .. import console
-from ..config import Config, to_dict
+from ..config import Config, resolved_precision, to_dict
 from ..data import files, sharding
 from ..data.generate import generate_dataset
 from ..exceptions import CheckpointError, Gan3dError, NonFiniteLoss
@@ -134,7 +134,7 @@ def data_files(cfg: Config, workers: int = 1) -> tuple[list[str], list[str]]:
 
 def build_step(cfg: Config):
     keras.utils.set_random_seed(cfg.train.seed)  # rank 0's initial weights; then broadcast
-    policy = "mixed_bfloat16" if cfg.train.precision == "bfloat16" else None
+    policy = "mixed_bfloat16" if resolved_precision(cfg).train.precision == "bfloat16" else None
     t = cfg.train
     return GanStep(build_generator(dtype=policy), build_discriminator(dtype=policy),
                    loss_weights=t.loss_weights, label_flip=t.label_flip,
@@ -189,6 +189,7 @@ def train(cfg: Config, *, resume: bool = False) -> TrainResult:
     good checkpoint stays in place). Returns the same :class:`TrainResult` on every rank.
     """
     world = distributed.init()  # DISTRIBUTED: first thing, before TensorFlow runs an op
+    cfg = collective(world, lambda: resolved_precision(cfg))  # rank 0's CPU decides "auto"
     out = resolve_path(cfg.train.output)
     collective(world, lambda: _prepare_output(cfg, out, resume))
     train_files, test_files = collective(world, lambda: data_files(cfg, world.size))

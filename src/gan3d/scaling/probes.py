@@ -233,9 +233,11 @@ def measure_step_rate(cfg, steps: int = 5, warmup: int = 2, *, data: str = "rand
     world = distributed.init(threads=threads)  # DISTRIBUTED: before TensorFlow starts
     import tensorflow as tf
 
+    from ..config import resolved_precision
     from ..gan import training  # imports TensorFlow
     from ..gan.model import step_flops
 
+    cfg = resolved_precision(cfg)
     step = training.build_step(cfg)
     step.broadcast_state()  # DISTRIBUTED
     step.reseed(cfg.train.seed, world.rank, 0)
