@@ -10,7 +10,7 @@ import pytest
 
 FIGURES = ("fig1_node_fabric.png", "fig1_this_machine.png", "fig2_step_breakdown.png",
            "fig2_allreduce_bandwidth.png", "fig3_speedup_efficiency.png",
-           "scaling_overall_time.png", "scaling_model_projection.png")
+           "scaling_overall_time.png", "scaling_model_projection.png", "scaling_roofline.png")
 
 
 @pytest.mark.slow
@@ -24,12 +24,12 @@ def test_notebook_03_measures_and_draws_everything(run_notebook, tmp_path):
         overall_overrides={"data.path": str(tmp_path / "data"), "data.n_showers": 48,
                            "data.n_files": 8, "train.epochs": 2, "train.timing_warmup_epochs": 1,
                            "train.steps_per_epoch": 0, "train.batch_size": 2},
-        bench_file=str(res / "allreduce.json"), bench_max_kib=4096, bench_repeats=3,
+        bench_file=str(res / "allreduce.json"), bench_max_kib=4096, bench_repeats=3, roofline_repeats=1,
         figures_dir=str(figs), results_dir=str(res))
     for name in FIGURES:
         assert (figs / name).stat().st_size > 10_000, name
     for name in ("scaling_weak.json", "timeline_breakdown.json", "overall_time.json",
-                 "overall_time.md", "scaling_summary.json"):
+                 "overall_time.md", "scaling_summary.json", "roofline.json"):
         assert (res / name).is_file(), name
     s = json.loads((res / "scaling_summary.json").read_text())
     assert s["config"]["scale"]["steps"] == 4 and s["provenance"]["gan3d"]
@@ -54,6 +54,9 @@ def test_notebook_03_measures_and_draws_everything(run_notebook, tmp_path):
     assert m["compute_fraction"] + m["wait_fraction"] + m["comm_fraction"] == pytest.approx(1.0)
     for step in tl["per_step"]:  # a misread timeline gives negative spans
         assert min(step["wait_s"]) >= 0 and min(step["compute_s"]) >= 0 and step["comm_s"] >= 0
+    prof = json.loads((res / "roofline.json").read_text())
+    assert prof["batch"] == 2 and prof["precision"] in ("float32", "bfloat16")
+    assert 0 < prof["step"]["limit_s"] < prof["step"]["measured_s"]
     nb = nbformat.read(out, as_version=4)
     assert not [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
                 if o.get("output_type") == "error"]

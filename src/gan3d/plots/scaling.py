@@ -19,7 +19,7 @@ from ..scaling import perfmodel as pm
 from . import LABELS, Figure, panels, styled
 
 __all__ = ["node_fabric", "step_breakdown", "allreduce_bandwidth", "speedup_efficiency",
-           "overall_time", "model_projection"]
+           "overall_time", "model_projection", "roofline"]
 
 _KIND_COLOUR = {"nvlink": "#009E73", "smp": "#E69F00", "memory": "#777777", "pcie": "#0072B2",
                 "infiniband": "#CC79A7", "network": "#CC79A7"}
@@ -301,4 +301,56 @@ def model_projection(wl: pm.Workload, hw: pm.Hardware, *, batches: Sequence[int]
     a1.set_ylabel("seconds per step")
     a1.set_title(f"{LABELS['model']}: where communication takes over", fontsize=9)
     a1.legend(fontsize=6)
+    return fig
+
+
+_NET_COLOUR = {"D": "#0072B2", "G": "#D55E00"}
+
+
+@styled
+def roofline(profile: dict, *, top: int = 12, ax=None) -> Figure:
+    """The step layer by layer against this machine's roofline (:mod:`gan3d.scaling.roofline`).
+
+    Left: achieved GFLOP/s of each layer (all its passes in a step) against its arithmetic
+    intensity, under the measured ceilings min(matmul peak, intensity x bandwidth); marker area
+    is the layer's share of the step. Right: the ``top`` slowest layers' measured time per step
+    next to their limit, then the step: measured, its layers' sum, and its limit. (``ax``: 2 Axes.)
+    """
+    fig, (a0, a1) = panels(ax, 1, 2, width=10.0, height=4.2, gridspec_kw={"width_ratios": [1, 1.1]})
+    roof, rows, step = profile["ceilings"], profile["layers"], profile["step"]
+    peak, bw = roof["peak_gflop_s"], roof["bandwidth_gb_s"]
+    arith = [r for r in rows if r["flops"] > 0]
+    x = np.geomspace(min(0.05, min(r["intensity"] for r in arith) / 2),
+                     max(1e3, max(r["intensity"] for r in arith) * 2), 200)
+    a0.loglog(x, np.minimum(peak, x * bw), color="black", lw=1.2,
+              label=f"{LABELS['measured']}: ceilings ({peak:.0f} GFLOP/s, {bw:.1f} GB/s)")
+    total = step["measured_s"]
+    for net in ("D", "G"):
+        sel = [r for r in arith if r["net"] == net]
+        a0.scatter([r["intensity"] for r in sel], [r["gflop_s"] for r in sel],
+                   s=[20 + 600 * r["time_s"] / total for r in sel], color=_NET_COLOUR[net],
+                   alpha=0.7, label=f"{LABELS['measured']}: {'discriminator' if net == 'D' else 'generator'} layers")
+    for r in sorted(arith, key=lambda r: -r["time_s"])[:6]:
+        a0.annotate(f"{r['net']} {r['layer']}", (r["intensity"], r["gflop_s"]), fontsize=6,
+                    xytext=(4, -8), textcoords="offset points")
+    a0.set_xlabel("arithmetic intensity (FLOP/byte, modelled)")
+    a0.set_ylabel("achieved GFLOP/s")
+    a0.set_title(f"batch {profile['batch']}, {profile['precision']}, {roof['threads']} thread(s)",
+                 fontsize=9)
+    a0.legend(fontsize=6, loc="lower right")
+    slow = sorted(rows, key=lambda r: -r["time_s"])[:top]
+    names = [f"{r['net']} {r['layer']}" for r in slow] + ["the other layers", "outside the layers"]
+    rest = sum(r["time_s"] for r in rows) - sum(r["time_s"] for r in slow)
+    rest_limit = sum(r["limit_s"] for r in rows) - sum(r["limit_s"] for r in slow)
+    measured = [r["time_s"] for r in slow] + [rest, max(0.0, step["outside_layers_s"])]
+    limits = [r["limit_s"] for r in slow] + [rest_limit, 0.0]
+    y = np.arange(len(names))[::-1]
+    a1.barh(y + 0.2, measured, height=0.4, color="#0072B2", label=f"{LABELS['measured']}")
+    a1.barh(y - 0.2, limits, height=0.4, color="#999999",
+            label=f"{LABELS['model']}: limit max(FLOP/peak, bytes/bandwidth)")
+    a1.set_yticks(y, names, fontsize=6)
+    a1.set_xlabel("seconds per step")
+    a1.set_title(f"step {step['measured_s']:.2f} s measured, limit {step['limit_s']:.2f} s "
+                 f"({100 * step['of_limit']:.0f} % of the limit reached)", fontsize=9)
+    a1.legend(fontsize=6, loc="lower right")
     return fig

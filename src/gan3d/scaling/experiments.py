@@ -12,7 +12,8 @@ JSON file with the resolved configuration, the machine and the provenance::
   scaling. Worker counts above the core count run oversubscribed and are marked so.
 * :func:`overall_time` - full trainings with test-loss evaluation ``serial`` and ``distributed``.
 * :func:`record_timeline` - Horovod's timeline of a short multi-worker run, split per step.
-* :func:`allreduce_benchmark` - all-reduce time and bandwidth over message sizes.
+* :func:`allreduce_benchmark` - all-reduce time and bandwidth over message sizes;
+* :func:`layer_profile` - every layer's passes of one worker's step against the roofline.
 
 One worker always gets the same number of threads (cores / largest worker count that fits), so a
 worker stands for a fixed piece of hardware, as one GPU did in the paper.
@@ -25,6 +26,7 @@ import os
 import shutil
 import statistics
 import sys
+import tempfile
 from pathlib import Path
 from typing import Sequence
 
@@ -45,7 +47,7 @@ log = console.get_logger(__name__)
 __all__ = [
     "BENCH_SIZES", "FIT_RANGE", "run", "overall_time", "record_timeline", "allreduce_benchmark",
     "machine_info", "model_workload", "threads_per_worker", "per_worker_batch", "timed_epoch_means",
-    "load_or_run",
+    "layer_profile", "load_or_run",
 ]
 
 BENCH_SIZES = tuple(1024 * 4**k for k in range(9))  # 1 KiB .. 64 MiB
@@ -331,6 +333,22 @@ def allreduce_benchmark(*, workers: int = 2, sizes: Sequence[int] = BENCH_SIZES,
               "compute": raw["compute"],  # per-worker FLOP/s alone and with all ranks busy
               "machine": machine_info(), "provenance": provenance()}
     write_json(path, result)
+    return result
+
+
+def layer_profile(cfg: Config, *, threads: int | None = None, repeats: int = 3,
+                  output: str | Path | None = None, timeout: float = 1800.0) -> dict:
+    """The roofline profile of one worker's step (:mod:`gan3d.scaling.roofline`) at the
+    configuration's batch and precision, on one rank with ``threads`` threads (default: every
+    core); written to ``output`` (a JSON file) when given."""
+    threads = threads or runtime.cpu_count()
+    job = {"task": "roofline", "config": to_dict(cfg), "repeats": repeats, "threads": threads}
+    with tempfile.TemporaryDirectory(prefix="gan3d-roofline-") as tmp:
+        res = _launch(1, job, Path(tmp), "roofline", timeout=timeout)
+    result = {"kind": "roofline", **res, "config": to_dict(cfg), "machine": machine_info(),
+              "provenance": provenance()}
+    if output is not None:
+        write_json(resolve_path(output), result)
     return result
 
 

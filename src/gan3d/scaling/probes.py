@@ -4,11 +4,12 @@
 JOB.json`` on N ranks with :func:`gan3d.parallel.launch.launch`; rank 0 writes the result to
 ``job["out"]``. A job is::
 
-    {"task": "steps" | "train" | "allreduce", "threads": int, "out": path, ...task fields}
+    {"task": "steps" | "train" | "allreduce" | "roofline", "threads": int, "out": path, ...task fields}
 
 * ``steps``: :func:`measure_step_rate` (``steps`` timed after ``warmup``) on the job's ``config``;
 * ``train``: ``training.train(cfg)``, which writes ``history.jsonl`` in ``cfg.train.output``;
-* ``allreduce``: Horovod and plain-MPI all-reduce times over message ``sizes`` (bytes).
+* ``allreduce``: Horovod and plain-MPI all-reduce times over message ``sizes`` (bytes);
+* ``roofline``: :func:`gan3d.scaling.roofline.profile_step`, one rank, every layer's passes.
 
 Threads and cores are pinned first (``threads`` intra-op threads on as many cores per rank, the
 same at every worker count, so that one worker always stands for the same hardware, as one GPU
@@ -289,7 +290,18 @@ def _rate_batches(cfg, world, data: str):
         raise ValueError(f"measure_step_rate: data must be 'random' or 'files', not {data!r}")
 
 
-TASKS = {"steps": _steps, "train": _train, "allreduce": _allreduce}
+def _roofline(job: dict, world: distributed.World) -> dict:
+    from ..config import resolved_precision
+    from ..gan import training
+    from . import roofline
+
+    cfg = resolved_precision(from_dict(job["config"]))
+    step = training.build_step(cfg)
+    return roofline.profile_step(step, cfg.train.batch_size, repeats=int(job.get("repeats", 3)),
+                                 progress=world.is_root)
+
+
+TASKS = {"steps": _steps, "train": _train, "allreduce": _allreduce, "roofline": _roofline}
 
 
 def scheduler_times() -> dict:

@@ -1,0 +1,63 @@
+"""Roofline benchmark: every layer's passes of one worker's 3DGAN step against this machine's
+measured ceilings, and the step's physical limit.
+
+One rank with every core (or ``--threads``), launched through the package
+(:func:`gan3d.scaling.experiments.layer_profile`): each pass of each layer is timed on its own
+(compiled, repeats interleaved, median), the whole step too; the ceilings are a matmul in
+TensorFlow (GFLOP/s) and a preallocated buffer scaled by all threads (GB/s). The limit of a pass
+is max(FLOPs / peak, bytes / bandwidth) (:mod:`gan3d.scaling.roofline` has the counting
+conventions), the step's their sum. float32 always; bfloat16 where the CPU has bfloat16
+arithmetic (elsewhere a note says why not)::
+
+    python bench/bench_roofline.py                   # batch 32 -> results/bench/roofline.json
+    python bench/bench_roofline.py --batch 8 --repeats 5 --top 15
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--batch", type=int, default=32, help="per-worker batch (default 32)")
+    p.add_argument("--repeats", type=int, default=3, help="interleaved timings of every pass")
+    p.add_argument("--threads", type=int, help="intra-op threads (default: every core)")
+    p.add_argument("--precisions", nargs="+", choices=["float32", "bfloat16"],
+                   help="default: float32, plus bfloat16 where the CPU has bfloat16 arithmetic")
+    p.add_argument("--top", type=int, default=12, help="layers in the printed table")
+    p.add_argument("--output", default="results/bench/roofline.json")
+    opts = p.parse_args(argv)
+
+    from gan3d import config, runtime
+    from gan3d.io import provenance, write_json
+    from gan3d.paths import resolve_path
+    from gan3d.scaling import experiments, roofline
+
+    bf16 = runtime.cpu_has_bf16()
+    notes = {}
+    if opts.precisions is None:
+        opts.precisions = ["float32", "bfloat16"] if bf16 else ["float32"]
+        if not bf16:
+            notes["bfloat16"] = ("skipped: this CPU has no AVX512_BF16 or AMX, so TensorFlow "
+                                 "runs bfloat16 on slow fallback kernels (~28x float32); "
+                                 "its roofline would measure the fallback, not the machine")
+            print(f"[bench_roofline] bfloat16 {notes['bfloat16']}", flush=True)
+    out = resolve_path(opts.output)
+    profiles = {}
+    for prec in opts.precisions:
+        cfg = config.resolve("quick", {"train.batch_size": opts.batch, "train.precision": prec})
+        print(f"[bench_roofline] {prec}, batch {opts.batch} ...", flush=True)
+        profiles[prec] = experiments.layer_profile(cfg, threads=opts.threads,
+                                                   repeats=opts.repeats)
+        print(roofline.profile_table(profiles[prec], top=opts.top), flush=True)
+    path = write_json(out, {"benchmark": "roofline", "cpu_has_bf16": bf16, "notes": notes,
+                            "settings": vars(opts), "profiles": profiles,
+                            "provenance": provenance()})
+    print(f"[bench_roofline] wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
