@@ -12,7 +12,8 @@ from gan3d.gan.history import HISTORY_FIELDS, read_history
 
 from conftest import NOTEBOOKS
 
-FIGURES = ("training_loss_curves.png", "training_epoch_times.png", "training_showers.png")
+FIGURES = ("training_loss_curves.png", "training_epoch_times.png", "training_showers.png",
+           "training_learning_curve.png", "training_showers_reference.png")
 
 
 def test_notebook_02_is_committed_without_outputs_and_parameterised():
@@ -46,7 +47,9 @@ def test_notebook_02_trains_one_and_two_workers(run_notebook, tmp_path):
     for workers in (1, 2):
         rows = read_history(res / f"train_{workers}w")
         assert [r["epoch"] for r in rows] == [1, 2]
-        assert all(tuple(r) == HISTORY_FIELDS and r["workers"] == workers for r in rows)
+        assert all(tuple(r)[:len(HISTORY_FIELDS)] == HISTORY_FIELDS and r["workers"] == workers
+                   for r in rows)
+        assert "mon_sampling_fraction_400" in rows[-1]  # the physics monitors are on
         assert (res / f"train_{workers}w" / "generator.keras").is_file()  # for notebook 04
         # The engines are not bound to cores: they share them, never more threads than cores.
         assert rows[-1]["threads"] == max(1, cores // workers)
@@ -55,3 +58,8 @@ def test_notebook_02_trains_one_and_two_workers(run_notebook, tmp_path):
         assert run["showers_per_s"] == rows[-1]["showers_per_s"]
         assert run["threads"] == rows[-1]["threads"]
     assert summary["reference_showers"] == {"source": "synthetic", "energies_gev": [100.0]}
+    # the shipped reference generator, labelled with its training budget
+    ref = summary["reference_generator"]
+    assert ref["label"] == f"reference generator ({ref['showers_seen']:,} showers of training)"
+    assert ref["showers_seen"] >= 1600 and 0 <= ref["targets_met"] <= 20
+    assert summary["quick_monitors"]["showers_seen"] == rows[-1]["showers_seen"]

@@ -11,6 +11,8 @@ import json
 import nbformat
 import pytest
 
+from gan3d.gan import reference
+
 from conftest import NOTEBOOKS
 
 pytestmark = [pytest.mark.notebook, pytest.mark.slow]
@@ -53,7 +55,9 @@ def test_notebook_runs_and_writes_figures(run_notebook, tmp_path):
     assert all(p.stat().st_size > 10_000 for p in figures.glob("*.png"))
     metrics = json.loads((results / "metrics.json").read_text())
     assert metrics["bins"] == ["inclusive", "100"]
-    assert set(metrics["generators"]) == {"1 worker", "2 workers"}
+    ref_label = reference.label()  # the shipped generator is validated too, by default
+    assert set(metrics["generators"]) == {"1 worker", "2 workers", ref_label}
+    assert metrics["generators"][ref_label]["checkpoint"] == "reference"
     head = json.loads((results / "headline.json").read_text())
     assert head["inclusive"]["1 worker"]["auc_high"] > 0.9  # untrained: told apart at once
     assert head["validator_check"]["20% wider"]["S(x variance)"] > 0.5

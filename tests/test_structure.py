@@ -111,6 +111,10 @@ LAYERS = {
 ALLOWED = {
     # A launcher of training on ipyparallel engines: it runs gan.training on the engines.
     ("gan3d.parallel.cluster", "gan3d.gan.training"),
+    # Training reports the physics monitors of its generator every epoch (pure NumPy, no gan).
+    ("gan3d.gan.training", "gan3d.validation.monitors"),
+    # The shipped reference generator carries its monitors (measured again when exported).
+    ("gan3d.gan.reference", "gan3d.validation.monitors"),
 }
 
 

@@ -53,7 +53,12 @@ def test_train_outputs_then_nan_keeps_the_last_good_checkpoint(tmp_path, monkeyp
     out = tmp_path / "out"
     rows = read_history(out / "history.jsonl")
     assert [r["epoch"] for r in rows] == [1, 2]
-    assert all(tuple(r) == HISTORY_FIELDS for r in rows)
+    n_fields = len(HISTORY_FIELDS)
+    assert all(tuple(r)[:n_fields] == HISTORY_FIELDS for r in rows)
+    # the physics monitors: 4 energies x (7 numbers + profile distance + 2 separation powers)
+    assert all(len(r) - n_fields == 2 + 4 * 10 and 0 <= r["mon_targets_met"] <= 20 for r in rows)
+    assert all(np.isfinite(r["mon_max_layer_100"]) and r["time_monitor_s"] > 0 for r in rows)
+    assert [r["showers_seen"] for r in rows] == [4, 8]
     assert [r["timed"] for r in rows] == [False, True]  # the quick profile's 1 warm-up epoch
     for r in rows:
         assert r["workers"] == 1 and r["steps"] == 2 and r["eval_mode"] == "distributed"

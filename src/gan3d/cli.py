@@ -104,7 +104,7 @@ def _scale_parser(sub) -> None:
 def _validate_parser(sub) -> None:
     val = sub.add_parser("validate", help="compare trained generators with reference showers")
     _add_config_args(val)
-    val.add_argument("checkpoints", nargs="+", help="training output folders (with generator.keras)")
+    val.add_argument("checkpoints", nargs="+", help="training output folders (with generator.keras), or `reference`: the shipped reference generator")
     val.add_argument("--labels", help="comma-separated names, one per folder (default: folder names)")
     val.add_argument("--no-low-level", action="store_true", help="skip the voxel-level classifier")
     val.add_argument("--output", help="validation.output folder")
@@ -114,7 +114,8 @@ def _simulate_parser(sub) -> None:
     sim = sub.add_parser("simulate", help="generate showers with a trained generator, written in "
                          "the CLIC HDF5 schema")
     sim.add_argument("--generator", required=True,
-                     help="a training output folder (with generator.keras) or a .keras file")
+                     help="a training output folder (with generator.keras), a .keras file, or "
+                          "`reference`: the reference generator shipped with the package")
     sim.add_argument("--n", type=int, required=True, help="number of showers")
     sim.add_argument("--energies", default="10:500",
                      help="primary energies in GeV: LO:HI (uniform) or a list 50,100,200")

@@ -77,6 +77,7 @@ class TrainConfig:
     # float32 elsewhere; a run records the precision it resolved to (train.resolved_precision).
     precision: Literal["auto", "float32", "bfloat16"] = "auto"
     steps_per_epoch: int = 0  # 0: one pass over the training shard
+    monitor_showers: int = 32  # physics monitors each epoch: showers per monitor energy (0: off)
     timing_warmup_epochs: int = 1  # excluded from timing, as the paper excluded its first epochs
     seed: int = 7
     output: str = "results/train"
@@ -236,6 +237,7 @@ def _check(cfg: Config) -> None:
         (0 <= t.label_flip < 0.5, "train.label_flip must be in [0, 0.5)"),
         (0 < t.eval_fraction <= 1, "train.eval_fraction must be in (0, 1]"),
         (t.steps_per_epoch >= 0, "train.steps_per_epoch must be >= 0 (0 = full pass)"),
+        (t.monitor_showers >= 0, "train.monitor_showers must be >= 0 (0 = no physics monitors)"),
         (t.timing_warmup_epochs >= 0, "train.timing_warmup_epochs must be >= 0"),
         (t.lr_warmup_epochs >= 0, "train.lr_warmup_epochs must be >= 0"),
         (t.workers >= 1, "train.workers must be at least 1"),

@@ -4,5 +4,7 @@
 * :mod:`~gan3d.gan.step` - one data-parallel training step: losses, four updates, evaluation;
 * :mod:`~gan3d.gan.training` - ``train(config)`` for every launcher, and the step-rate probe;
 * :mod:`~gan3d.gan.checkpoints` - atomic checkpoints for an exact resume;
-* :mod:`~gan3d.gan.history` - ``history.jsonl``, TensorBoard scalars and the progress bar.
+* :mod:`~gan3d.gan.history` - ``history.jsonl``, TensorBoard scalars and the progress bar;
+* :mod:`~gan3d.gan.simulate` - ``gan3d simulate``: showers of a trained generator in the CLIC schema;
+* :mod:`~gan3d.gan.reference` - the reference generator shipped with the package.
 """

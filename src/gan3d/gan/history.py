@@ -23,7 +23,9 @@ __all__ = ["LOSSES", "HISTORY_FIELDS", "read_history", "write_history", "TensorB
 LOSSES = ("d_loss", "d_bce", "d_aux", "d_ecal", "g_loss", "g_bce", "g_aux", "g_ecal")
 HISTORY_FIELDS = ("epoch", "lr", *LOSSES, *("test_" + n for n in LOSSES), "eval_mode",
                   "time_train_s", "time_eval_s", "time_epoch_s", "timed", "showers_per_s",
-                  "workers", "steps", "batch_size", "precision", "threads")
+                  "workers", "steps", "batch_size", "precision", "threads", "showers_seen",
+                  "time_monitor_s")
+# After these, a row may hold the physics monitors ``mon_*`` (gan3d.validation.monitors).
 
 
 def read_history(path: str | Path) -> list[dict]:

@@ -28,6 +28,7 @@ from ..data.calorimeter import NETWORK_SCALE
 from ..data.files import GAN_ORIGIN, ORIGIN_ATTR, shower_file
 from ..exceptions import ConfigError
 from ..io import provenance
+from . import reference
 from .model import build_generator, load_generator
 
 __all__ = ["parse_energies", "primary_energies", "simulate"]
@@ -63,12 +64,14 @@ def primary_energies(spec: str, n: int, seed: int = 0) -> np.ndarray:
 
 
 def _generator_file(path) -> Path:
+    if str(path) == reference.NAME:
+        return reference.FOLDER / "generator.weights.h5"
     path = Path(path)
     return path / "generator.keras" if path.is_dir() else path
 
 
 def _network(path: Path, precision: str) -> keras.Model:
-    net = load_generator(path)
+    net = reference.load() if path.parent == reference.FOLDER else load_generator(path)
     if precision == "float32":
         return net
     fast = build_generator(int(net.input_shape[-1]), dtype="mixed_" + precision)
@@ -78,7 +81,7 @@ def _network(path: Path, precision: str) -> keras.Model:
 
 def _attributes(path: Path, spec: str, seed: int, precision: str) -> dict:
     """What the file says about where its showers come from."""
-    config = path.parent / "config.json"
+    config = path.parent / ("reference.json" if path.parent == reference.FOLDER else "config.json")
     return {ORIGIN_ATTR: GAN_ORIGIN, "generator": str(path),
             "generator_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
             "generator_config": config.read_text() if config.is_file() else "",
@@ -90,7 +93,8 @@ def simulate(generator, n: int, output, *, energies: str = "10:500", batch: int 
              seed: int = 0, precision: str = "auto", progress: bool = True) -> dict:
     """Write ``n`` GAN showers for primary energies ``energies`` into ``output`` (atomically).
 
-    ``generator``: a training output folder (its ``generator.keras``) or a ``.keras`` file.
+    ``generator``: a training output folder (its ``generator.keras``), a ``.keras`` file, or
+    ``"reference"``: the reference generator shipped with the package (:mod:`gan3d.gan.reference`).
     Returns the path, the precision used, and the speed: ``showers_per_s`` over the batches after
     the first (which traces and compiles) and ``seconds`` in all.
     """

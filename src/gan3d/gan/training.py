@@ -23,8 +23,12 @@ Outputs in ``resolve_path(cfg.train.output)`` (rank 0 writes; every file atomica
   (wall seconds on rank 0), ``timed`` (False for the ``timing_warmup_epochs`` first epochs, which
   the paper excluded), ``showers_per_s`` (training showers of all ranks / time_train_s),
   ``workers``, ``steps``, ``batch_size`` (per worker), ``precision``, ``threads`` (TensorFlow
-  intra-op threads of each worker); ``time_epoch_s`` is
+  intra-op threads of each worker), ``showers_seen`` (training showers of all ranks since the
+  start), ``time_monitor_s``; ``time_epoch_s`` is
   training plus evaluation (rank 0's bookkeeping, history and checkpoint writing, not included);
+  then, with ``train.monitor_showers`` > 0, the physics monitors ``mon_*`` of rank 0's generator
+  (:func:`gan3d.validation.monitors.history_row`: deviations from the reference showers at
+  50-400 GeV), computed after the evaluation while the other ranks wait;
 * ``tb/`` TensorBoard scalars of the same numbers (event files are append-only streams);
 * ``checkpoints/epoch-NNNN.npz`` after every epoch (:mod:`gan3d.gan.checkpoints`);
 * ``generator.keras``, ``discriminator.keras`` at the end; ``config.json`` (config + provenance).
@@ -50,13 +54,17 @@ from ..exceptions import CheckpointError, Gan3dError, NonFiniteLoss
 from ..io import ensure_dir, provenance, remove_temporaries, write_json
 from ..parallel import distributed
 from ..paths import resolve_path
+from ..validation import monitors
 from . import checkpoints
 from .history import HISTORY_FIELDS, Progress, TensorBoard, read_history, write_history
 from .history import LOSSES as _LOSSES
-from .model import build_discriminator, build_generator, save_discriminator, save_generator
+from .model import (build_discriminator, build_generator, generate_showers, save_discriminator,
+                    save_generator)
 from .step import E_RANGE, GanStep
 
 log = console.get_logger(__name__)
+
+_MONITOR_SEED = 2024  # the monitors' latent vectors: the same every epoch and every run
 
 __all__ = ["TrainResult", "HISTORY_FIELDS", "train", "learning_rate", "read_history",
            "build_step", "collective", "data_files"]
@@ -248,6 +256,9 @@ class _Loop:
         test_losses = self._evaluate()
         t2 = time.perf_counter()
         row = self._row(epoch, lr, train_losses, test_losses, t1 - t0, t2 - t1)
+        monitors = self._monitors()
+        row["time_monitor_s"] = time.perf_counter() - t2
+        row.update(monitors)
         self.history.append(row)
         if self.world.is_root:
             self._write(epoch, row)
@@ -304,6 +315,20 @@ class _Loop:
                                 "lower train.learning_rate or check the test data")
         return losses
 
+    def _monitors(self) -> dict:
+        """Rank 0: the physics monitors of its generator; every rank leaves together."""
+        n, out = self.cfg.train.monitor_showers, {}
+        if n and self.world.is_root:
+            energies = monitors.MONITOR_ENERGIES
+            e = np.repeat(np.asarray(energies), n)
+            showers = generate_showers(self.step.g, e, seed=_MONITOR_SEED, batch_size=4 * n)
+            out = monitors.history_row(monitors.compare(
+                {energy: showers[i * n:(i + 1) * n] for i, energy in enumerate(energies)},
+                n_reference=max(n, 64)))
+        if n and self.world.size > 1:
+            distributed.barrier()  # DISTRIBUTED: the others wait here, not in the next epoch
+        return out
+
     def _row(self, epoch, lr, train_losses, test_losses, time_train, time_eval) -> dict:
         t = self.cfg.train
         row: dict[str, Any] = {"epoch": epoch + 1, "lr": lr}
@@ -315,7 +340,9 @@ class _Loop:
                    showers_per_s=self.steps * t.batch_size * self.world.size / time_train,
                    workers=self.world.size, steps=self.steps, batch_size=t.batch_size,
                    precision=t.precision,
-                   threads=tf.config.threading.get_intra_op_parallelism_threads())
+                   threads=tf.config.threading.get_intra_op_parallelism_threads(),
+                   showers_seen=(self.history[-1].get("showers_seen", 0) if self.history else 0)
+                   + self.steps * t.batch_size * self.world.size, time_monitor_s=0.0)
         return row
 
     def _write(self, epoch: int, row: dict) -> None:

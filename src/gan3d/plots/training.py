@@ -14,9 +14,10 @@ import numpy as np
 from matplotlib.colors import LogNorm
 from matplotlib.ticker import MaxNLocator
 
+from ..validation.monitors import MONITOR_ENERGIES, TARGETS
 from . import LABELS, colours, panels, styled
 
-__all__ = ["loss_curves", "epoch_times", "shower_comparison", "run_label"]
+__all__ = ["loss_curves", "epoch_times", "shower_comparison", "monitor_curves", "run_label"]
 
 _PARTS = {"loss": "weighted total", "bce": "real/fake BCE", "aux": "energy MAPE (%)",
           "ecal": "ECAL-sum MAPE (%)"}
@@ -101,10 +102,12 @@ def epoch_times(histories: Mapping[str, Sequence[dict]], *, ax=None):
 
 
 @styled
-def shower_comparison(reference, generated, energies: Sequence[float], *, ax=None):
+def shower_comparison(reference, generated, energies: Sequence[float], *,
+                      gan_label: str | None = None, ax=None):
     """Each row one primary energy: the reference shower's and the GAN shower's depth-x projection
-    (summed over y, log colour) and both longitudinal profiles (GeV per layer)
-    (``ax``: len(energies) x 3 Axes)."""
+    (summed over y, log colour) and both longitudinal profiles (GeV per layer); ``gan_label``
+    names the generator (e.g. with its training budget) (``ax``: len(energies) x 3 Axes)."""
+    names = {"reference": LABELS["reference"], "gan": gan_label or LABELS["gan"]}
     ref, gen = np.asarray(reference), np.asarray(generated)
     rows = len(energies)
     fig, axes = panels(ax, rows, 3, width=11.0, height=2.8 * rows)
@@ -116,15 +119,53 @@ def shower_comparison(reference, generated, energies: Sequence[float], *, ax=Non
             image = shower.sum(axis=1)  # (x, depth)
             im = axes[i, j].imshow(np.ma.masked_less_equal(image, 0), origin="lower",
                                    aspect="auto", norm=LogNorm(vmin=1e-5, vmax=vmax))
-            axes[i, j].set_title(f"{LABELS[who]}, {e:.0f} GeV: {shower.sum():.2f} GeV visible")
+            axes[i, j].set_title(f"{names[who]}, {e:.0f} GeV: {shower.sum():.2f} GeV visible",
+                                 fontsize=7 if gan_label else None)
             axes[i, j].set_xlabel("layer (depth)")
             axes[i, j].set_ylabel("x (cell)")
             axes[i, j].grid(False)
         fig.colorbar(im, ax=axes[i, 1], label="GeV per cell, summed over y")
         layers = np.arange(ref.shape[-1])
         for shower, who, c in ((ref[i], "reference", c_ref), (gen[i], "gan", c_gan)):
-            axes[i, 2].step(layers, shower.sum(axis=(0, 1)), where="mid", color=c, label=LABELS[who])
+            axes[i, 2].step(layers, shower.sum(axis=(0, 1)), where="mid", color=c, label=names[who])
         axes[i, 2].set_xlabel("layer (depth)")
         axes[i, 2].set_ylabel("energy per layer (GeV)")
         axes[i, 2].legend(fontsize="small")
+    return fig
+
+
+_MONITOR_TITLES = {
+    "sampling_fraction": "sampling fraction: GAN / reference - 1",
+    "ecal_sum_spread": "ECAL-sum spread: GAN / reference - 1",
+    "max_layer": "shower-maximum layer: GAN - reference",
+    "transverse_width": "transverse width: GAN / reference - 1",
+    "longitudinal_width": "longitudinal width: GAN / reference - 1",
+    "profile_distance": "longitudinal profile distance (0 same, 1 disjoint)",
+}
+
+
+@styled
+def monitor_curves(rows: Sequence[dict], *, energies: Sequence[float] = MONITOR_ENERGIES,
+                   title: str | None = None, ax=None):
+    """The physics monitors of one run (history rows with ``mon_*`` keys) against the training
+    showers seen: one panel per monitor, one line per energy, the target band shaded (the
+    ECAL-sum mean follows the sampling fraction and is left out). (``ax``: 2 x 3 Axes.)"""
+    fig, axes = panels(ax, 2, 3, width=12.0, height=6.4, sharex=True)
+    seen = np.array([r["showers_seen"] for r in rows], dtype=float)
+    for a, (name, text) in zip(np.ravel(axes), _MONITOR_TITLES.items()):
+        for colour, e in zip(colours(len(energies)), energies):
+            y = np.array([r.get(f"mon_{name}_{e:g}", np.nan) for r in rows], dtype=float)
+            a.plot(seen, y, "-o", ms=2.5, color=colour, label=f"{e:g} GeV")
+        if name in TARGETS:
+            tol = TARGETS[name][1]
+            a.axhspan(-tol, tol, color="#009E73", alpha=0.15, lw=0, label="target")
+            if TARGETS[name][0] == "rel":
+                a.set_yscale("symlog", linthresh=max(tol, 0.1))
+        a.axhline(0.0, color="black", lw=0.6)
+        a.set_title(text, fontsize=8)
+    for a in np.asarray(axes)[1]:
+        a.set_xlabel("training showers seen")
+    np.ravel(axes)[0].legend(fontsize="x-small")
+    if title:
+        fig.suptitle(title, fontsize=9)
     return fig

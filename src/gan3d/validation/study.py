@@ -165,9 +165,12 @@ def _fpd(hr: np.ndarray, hg: np.ndarray, seed: int) -> dict:
 
 
 def load_networks(folder) -> tuple[object, object | None]:
-    """The generator (required) and discriminator (if present) of a training output folder."""
-    from ..gan import model  # imports TensorFlow
+    """The generator (required) and discriminator (if present) of a training output folder, or
+    of the reference generator shipped with the package (``"reference"``)."""
+    from ..gan import model, reference  # imports TensorFlow
 
+    if str(folder) == reference.NAME:
+        return reference.load(discriminator=True)
     folder = Path(folder)
     gen_path = folder / "generator.keras"
     if not gen_path.is_file():
@@ -209,7 +212,8 @@ def _validate_bin(cfg: Config, key: str, energies, seed: int, nets: dict, result
 
 def validate(checkpoints: Sequence, labels: Sequence[str], cfg: Config, *,
              results_dir=None, low_level: bool = True, progress: bool = True) -> Validation:
-    """Validate the generators in ``checkpoints`` (folders with ``generator.keras``) against
+    """Validate the generators in ``checkpoints`` (folders with ``generator.keras``, or
+    ``"reference"`` for the shipped reference generator) against
     reference showers, per bin of ``cfg.validation.energy_bins`` and inclusively, with
     ``cfg.validation.n_showers`` showers per sample; write ``results_dir/metrics.json``
     (default ``cfg.validation.output``) and return the summaries and metrics.
@@ -220,7 +224,8 @@ def validate(checkpoints: Sequence, labels: Sequence[str], cfg: Config, *,
     if len(checkpoints) != len(labels):
         raise ConfigError(f"{len(checkpoints)} checkpoints but {len(labels)} labels; give one "
                           "label per checkpoint folder")
-    nets = {lab: load_networks(resolve_path(c)) for lab, c in zip(labels, checkpoints)}
+    nets = {lab: load_networks(c if str(c) == "reference" else resolve_path(c))
+            for lab, c in zip(labels, checkpoints)}
     v = cfg.validation
     keys = bin_keys(v.energy_bins)
     sets = energy_sets(v.n_showers, v.energy_bins, v.bin_halfwidth,

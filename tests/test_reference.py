@@ -1,0 +1,50 @@
+"""The reference generator: exported from a real training run, loaded back, used by name."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gan3d import config
+from gan3d.exceptions import CheckpointError
+from gan3d.gan import reference
+from gan3d.validation import monitors
+
+
+@pytest.mark.slow
+def test_export_then_load_gives_the_same_networks(tmp_path):
+    from gan3d.gan import training
+    from gan3d.gan.model import generate_showers, load_generator
+
+    cfg = config.resolve("quick", {
+        "data.path": str(tmp_path / "data"), "data.n_showers": 48, "data.n_files": 4,
+        "data.test_fraction": 0.25, "train.batch_size": 2, "train.steps_per_epoch": 2,
+        "train.eval_fraction": 0.5, "train.epochs": 2, "train.output": str(tmp_path / "run"),
+        "train.precision": "float32", "train.monitor_showers": 8})
+    run = training.train(cfg)
+    folder = tmp_path / "shipped"
+    with pytest.raises(CheckpointError, match="no reference generator"):
+        reference.load(folder)
+    meta = reference.export(tmp_path / "run", folder, note="test", monitor_showers=16)
+    assert reference.available(folder)
+    info = reference.info(folder)
+    assert info["showers_seen"] == 2 * 2 * 2 == meta["showers_seen"] and info["epochs"] == 2
+    assert reference.label(folder) == "reference generator (8 showers of training)"
+    assert [r["showers_seen"] for r in info["learning_curve"]] == [4, 8]
+    assert "mon_max_layer_400" in info["learning_curve"][-1]
+    assert info["final_monitors"]["targets"] == 4 * len(monitors.TARGETS)
+    assert set(info["showers_needed"]) == set(monitors.TARGETS)
+    gen, disc = reference.load(folder, discriminator=True)
+    trained = load_generator(run.generator)
+    e = np.array([50.0, 400.0])
+    assert np.array_equal(generate_showers(gen, e, seed=1), generate_showers(trained, e, seed=1))
+    assert disc.count_params() > 0
+    assert (folder / "generator.weights.h5").stat().st_size < 5e6  # weights only, float32
+    # a run still training has no generator.keras yet: its newest checkpoint is exported
+    (tmp_path / "run" / "generator.keras").unlink()
+    again = tmp_path / "from_checkpoint"
+    assert reference.export(tmp_path / "run", again, monitor_showers=16)["showers_seen"] == 8
+    assert np.array_equal(generate_showers(reference.load(again), e, seed=1),
+                          generate_showers(trained, e, seed=1))
+    with pytest.raises(CheckpointError, match="no generator.keras and no checkpoint"):
+        reference.export(tmp_path / "data", folder)
