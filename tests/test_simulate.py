@@ -59,3 +59,23 @@ def test_a_missing_generator_is_named(tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "error:" in out.stderr and not (tmp_path / "x.h5").exists()
+
+
+@pytest.mark.slow
+def test_the_shipped_reference_generator_simulates_by_name(tmp_path):
+    from gan3d.gan import reference
+
+    out = simulate.simulate("reference", 16, tmp_path / "ref.h5", energies="50,400", batch=8,
+                            precision="float32", progress=False)
+    assert out["n"] == 16
+    with h5py.File(tmp_path / "ref.h5") as f:
+        assert f.attrs["origin"] == "gan" and '"showers_seen"' in f.attrs["generator_config"]
+    ecal, energy = files.read_showers(tmp_path / "ref.h5")
+    assert ecal.shape == (16, 25, 25, 25) and list(energy[:2]) == [50, 400]
+    run = subprocess.run([sys.executable, "-m", "gan3d", "data", "check", str(tmp_path / "ref.h5")],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and "0 problem(s) in 1 file(s)" in run.stdout, run.stdout + run.stderr
+    # a trained generator: the mean visible fraction at 400 GeV within a factor 2 of the data's
+    frac = ecal[energy == 400].sum(axis=(1, 2, 3)).mean() / 400
+    assert 0.5 < frac / reference.info()["final_monitors"]["per_energy"]["400"][
+        "sampling_fraction"]["reference"] < 2

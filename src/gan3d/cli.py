@@ -78,8 +78,9 @@ def _data_parser(sub) -> None:
     gen.add_argument("--seed", type=int, help="random seed (data.seed)")
     gen.add_argument("--output", help="output folder (data.path)")
     gen.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
-    chk = dsub.add_parser("check", help="validate every shower file in a folder (exit 1: problems)")
-    chk.add_argument("folder")
+    chk = dsub.add_parser("check", help="validate every shower file in a folder, or one file "
+                          "(exit 1: problems)")
+    chk.add_argument("folder", help="a folder of .h5 shower files, or one .h5 file")
     _add_config_args(chk)
 
 

@@ -328,13 +328,15 @@ def _check_file(path: Path, report: CheckReport, energy_range, theta_window) -> 
 
 def check_folder(folder, *, energy_range: tuple[float, float] = ENERGY_RANGE,
                  theta_window: Sequence[float] | None = None) -> CheckReport:
-    """Check every file of ``folder``: schema, every value, plausibility, manifest checksums.
+    """Check every file of ``folder`` (or the one ``.h5`` file it names): schema, every value,
+    plausibility, manifest checksums.
 
     A file's first problem is its one line in ``problems``; other files are still checked, so a
     folder with one bad file among good ones names that file only. Never raises for a bad file.
     """
     report = CheckReport()
-    for path in list_files(folder):
+    one = Path(folder).is_file()
+    for path in [Path(folder)] if one else list_files(folder):
         report.files += 1
         try:
             _check_file(path, report, energy_range, theta_window)
@@ -344,7 +346,7 @@ def check_folder(folder, *, energy_range: tuple[float, float] = ENERGY_RANGE,
             report.problems.append(f"{path}: cannot be read as a shower file "
                                    f"({type(exc).__name__}: {exc})")
     manifest = Path(folder) / MANIFEST
-    if manifest.is_file():
+    if not one and manifest.is_file():
         for entry in read_json(manifest).get("files", []):
             path = Path(folder) / entry["name"]
             if not path.is_file():
