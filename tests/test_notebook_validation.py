@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.notebook, pytest.mark.slow]
 FIGURES = {"validation_check.png", "validation_metrics.png", "validation_sampling_fraction.png",
            "validation_ecal_sum.png", "validation_profiles.png", "validation_moments.png",
            "validation_hits_spectrum.png", "validation_energy_regression.png",
-           "validation_speed.png"}
+           "validation_speed.png", "validation_profiles_per_bin.png"}
 
 
 def test_committed_without_outputs_and_with_parameters():
@@ -49,10 +49,13 @@ def test_notebook_runs_and_writes_figures(run_notebook, tmp_path):
     figures, results = tmp_path / "figures", tmp_path / "results"
     run_notebook("04_physics_validation.ipynb", checkpoints=[str(ckpt), str(ckpt)],
                  labels=["1 worker", "2 workers"], n_showers=24, energy_bins=[100.0],
-                 low_level=False, check_showers=320, figures_dir=str(figures),
+                 low_level=False, check_showers=320, sensitivity_sizes=[40, 80],
+                 sensitivity_trials=3, figures_dir=str(figures),
                  results_dir=str(results), speed_file=str(speed))
     assert {p.name for p in figures.glob("*.png")} == FIGURES
     assert all(p.stat().st_size > 10_000 for p in figures.glob("*.png"))
+    sens = json.loads((results / "sensitivity.json").read_text())
+    assert sens["sizes"] == [40, 80] and sens["trials"] == 3 and sens["provenance"]["gan3d"]
     metrics = json.loads((results / "metrics.json").read_text())
     assert metrics["bins"] == ["inclusive", "100"]
     ref_label = reference.label()  # the shipped generator is validated too, by default

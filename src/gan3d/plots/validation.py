@@ -20,6 +20,7 @@ __all__ = [
     "sampling_fraction",
     "ecal_sum_per_bin",
     "profiles",
+    "profiles_per_bin",
     "moments",
     "hits_and_spectrum",
     "energy_regression",
@@ -134,15 +135,55 @@ def profiles(samples, *, ax=None):
 
 
 @styled
+def profiles_per_bin(per_bin: Mapping[str, Mapping], *, ax=None):
+    """Per energy bin (keys like ``"100"``; ``"inclusive"`` left out when there are bins): the
+    mean longitudinal (layer) and transverse (x) profiles, GeV, log scale, each over a ratio
+    panel GAN / reference (1 = equal; the grey band is x 0.8-1.25), as 3DGAN's papers show them.
+    (``ax``: 2 x len(bins) rows of 2 Axes: profile then ratio, per bin.)"""
+    keys = [k for k in per_bin if k != "inclusive"] or list(per_bin)
+    fig, axes = _grid(ax, 2 * len(keys), 2, width=10.0, height=3.3 * len(keys),
+                      gridspec_kw={"height_ratios": [3, 1] * len(keys)})
+    for b, key in enumerate(keys):
+        samples = per_bin[key]
+        ref = next(iter(samples.values()))
+        where = f"$E_p$ = {key} GeV" if key != "inclusive" else "all energies"
+        for col, (axis, xlabel) in enumerate((("z", "layer (depth)"), ("x", "x (cell)"))):
+            top, bottom = axes[2 * b, col], axes[2 * b + 1, col]
+            cells = np.arange(ref.profiles[axis].size)
+            for i, (lab, s) in enumerate(samples.items()):
+                p = s.profiles[axis]
+                if i == 0:
+                    top.fill_between(cells, p, step="mid", label=lab, **_REF)
+                    continue
+                top.step(cells, p, where="mid", color=_colour(i - 1), label=lab)
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    ratio = np.where(ref.profiles[axis] > 0, p / ref.profiles[axis], np.nan)
+                bottom.step(cells, np.clip(ratio, 1e-2, 1e2), where="mid", color=_colour(i - 1))
+            top.set_yscale("log")
+            top.set_ylabel("mean energy (GeV)")
+            top.set_title(f"{where}: {'longitudinal' if axis == 'z' else 'transverse'} profile",
+                          fontsize=8)
+            bottom.axhspan(0.8, 1.25, **_REF, lw=0)
+            bottom.axhline(1.0, color="black", lw=0.6)
+            bottom.set_yscale("log")
+            bottom.set_ylim(0.05, 20)
+            bottom.set_ylabel(f"{LABELS['gan']} / ref.", fontsize=7)
+            bottom.set_xlabel(xlabel)
+    axes[0, 0].legend(fontsize="x-small")
+    return fig
+
+
+@styled
 def moments(samples, *, ax=None):
-    """Distributions of the first (barycentre, cell) and second (variance, cell^2) moments of
-    the energy along x, y and z. (``ax``: 2 x 3 Axes.)"""
-    fig, axes = panels(ax, 2, 3, width=11.0, height=6.0)
+    """Distributions of the first (barycentre, cell), second (variance, cell^2) and third
+    (central, cell^3) moments of the energy along x, y and z. (``ax``: 3 x 3 Axes.)"""
+    fig, axes = panels(ax, 3, 3, width=11.0, height=8.4)
+    kinds = (("mean", "barycentre", "cell"), ("var", "variance", "cell$^2$"),
+             ("skew", "third moment", "cell$^3$"))
     for col, axis in enumerate("xyz"):
-        for row, (suffix, unit) in enumerate((("mean", "cell"), ("var", "cell$^2$"))):
-            name = f"{axis}_{suffix}"
-            _hist(axes[row, col], {lab: s.features[name] for lab, s in samples.items()}, 30,
-                  f"{'barycentre' if row == 0 else 'variance'} along {axis} ({unit})")
+        for row, (suffix, what, unit) in enumerate(kinds):
+            _hist(axes[row, col], {lab: s.features[f"{axis}_{suffix}"] for lab, s in samples.items()},
+                  30, f"{what} along {axis} ({unit})")
     axes[0, 0].legend()
     return fig
 

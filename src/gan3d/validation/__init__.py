@@ -4,6 +4,7 @@
 * :mod:`~gan3d.validation.metrics` - separation power, Wasserstein, classifier test, FPD/KPD;
 * :mod:`~gan3d.validation.study` - generators against reference showers per energy bin;
 * :mod:`~gan3d.validation.monitors` - a few physics numbers per energy, every training epoch;
+* :mod:`~gan3d.validation.sensitivity` - the validator's power against small flaws, by sample size;
 * :mod:`~gan3d.validation.speed` - GAN inference speed against the synthetic generator and Geant4.
 
 The functions of gan3d 0.1's ``gan3d.validation`` module are still found here.
