@@ -72,6 +72,7 @@ FIGURE_MAP = (
     ("fig2_", "Fig. 2 - where a step's time goes; is training compute-bound?"),
     ("fig3_", "Fig. 3 - speed-up and scaling efficiency against workers"),
     ("scaling_overall", "Sect. 6 - overall time with test-loss evaluation (9.07x at 12 GPUs)"),
+    ("scaling_network", "Sect. 7 - all-reduce over emulated networks, measured and modelled"),
     ("scaling_roofline", "extends Fig. 2 - the step layer by layer against this machine's roofline"),
     ("scaling_", "extends Fig. 3 - performance model and projections"),
     ("training_learning_curve",

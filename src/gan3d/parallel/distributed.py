@@ -33,6 +33,7 @@ from ..exceptions import EnvironmentProblem
 __all__ = [
     "World", "init", "world", "average", "allreduce", "broadcast", "broadcast_object",
     "allgather", "barrier", "mpi_rank", "mpi_barrier", "mpi_allreduce_sum", "versions",
+    "gloo_rendezvous", "gloo_stop", "gloo_environment",
 ]
 
 
@@ -133,6 +134,40 @@ def allgather(value: Any) -> Any:
 def barrier() -> None:
     if world().size > 1:
         _hvd().join()  # DISTRIBUTED
+
+
+# ---------------------------------------------------------------------------------------------
+# Horovod over Gloo without mpirun: one rank per emulated host (gan3d.parallel.netns)
+
+
+def gloo_rendezvous(hosts: Sequence[str]) -> tuple[Any, int, list]:
+    """Start Horovod's Gloo rendezvous server in this process for one rank on each of ``hosts``
+    (as ``horovodrun --gloo`` does); returns ``(server, port, slots)``; :func:`gloo_stop` ends it."""
+    from horovod.runner.common.util.hosts import (  # DISTRIBUTED: Horovod's own launcher parts
+        get_host_assignments, parse_hosts)
+    from horovod.runner.http.http_server import RendezvousServer  # DISTRIBUTED
+
+    slots = get_host_assignments(parse_hosts(",".join(f"{h}:1" for h in hosts)), len(hosts))
+    server = RendezvousServer()
+    port = server.start()
+    server.init(slots)
+    return server, port, slots
+
+
+def gloo_stop(server) -> None:
+    """Stop a :func:`gloo_rendezvous` server and close its socket."""
+    server.stop()
+    server._httpd.server_close()  # Horovod's stop() shuts the loop down but leaves the socket
+
+
+def gloo_environment(slot, address: str, port: int, iface: str) -> dict[str, str]:
+    """The variables that make one process a Gloo rank of the job of :func:`gloo_rendezvous`."""
+    return {"HOROVOD_HOSTNAME": slot.hostname, "HOROVOD_RANK": str(slot.rank),
+            "HOROVOD_SIZE": str(slot.size), "HOROVOD_LOCAL_RANK": str(slot.local_rank),
+            "HOROVOD_LOCAL_SIZE": str(slot.local_size), "HOROVOD_CROSS_RANK": str(slot.cross_rank),
+            "HOROVOD_CROSS_SIZE": str(slot.cross_size), "HOROVOD_GLOO_RENDEZVOUS_ADDR": address,
+            "HOROVOD_GLOO_RENDEZVOUS_PORT": str(port), "HOROVOD_CONTROLLER": "gloo",
+            "HOROVOD_CPU_OPERATIONS": "gloo", "HOROVOD_GLOO_IFACE": iface}
 
 
 # ---------------------------------------------------------------------------------------------

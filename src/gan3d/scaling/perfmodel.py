@@ -150,16 +150,23 @@ def ring_link(hw: Hardware, p: int) -> Link:
 
 
 def allreduce_time(nbytes: float, p: int, link: Link, overhead: float = 0.0,
-                   algorithm: Literal["ring", "tree"] = "ring") -> float:
+                   algorithm: Literal["ring", "tree"] = "ring",
+                   endpoint: float | None = None) -> float:
     """Seconds for an all-reduce of ``nbytes`` over ``p`` workers (0 for one worker).
 
     ``ring``: 2(p-1) latency hops and 2(p-1)/p of the message over each link (bandwidth-optimal).
     ``tree``: recursive halving/doubling (Rabenseifner), 2 log2(p) hops, the same volume.
+    ``endpoint``: bytes/s at which a worker reduces and copies the message (CPU collectives);
+    the ring is a pipeline, so the slower of link and endpoint sets the pace:
+    max(2(p-1)/p n / bandwidth, n / endpoint). None: the link alone (GPUs, fast CPUs).
     """
     if p <= 1:
         return 0.0
     hops = 2 * (p - 1) if algorithm == "ring" else 2 * math.ceil(math.log2(p))
-    return overhead + hops * link.latency + 2 * (p - 1) / p * nbytes / link.bandwidth
+    transfer = 2 * (p - 1) / p * nbytes / link.bandwidth
+    if endpoint:
+        transfer = max(transfer, nbytes / endpoint)
+    return overhead + hops * link.latency + transfer
 
 
 _X = np.linspace(-12.0, 12.0, 48_001)  # integration grid for expected_max_normal

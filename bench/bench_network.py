@@ -1,0 +1,64 @@
+"""Network benchmark: Horovod all-reduce over emulated multi-node networks against the ring model.
+
+Needs root (network namespaces, veth, tc; see ``gan3d.parallel.netns``); elsewhere it says why
+and exits 0. Every rank sits in its own network namespace and host name, the links are shaped
+with tbf to each profile (netem, where the kernel has it, would add delay; without it the native
+latency is measured and kept), and the ranks run Horovod over Gloo/TCP. For each profile and
+rank count: the link's measured bandwidth and latency, the all-reduce time per message size
+(median of repeats), and the ring model calibrated on the measured link, with its error::
+
+    python bench/bench_network.py                          # -> results/bench/network.json
+    python bench/bench_network.py --profiles native 1gbe --ranks 2 --repeats 5
+
+More ranks than cores share the CPUs (their all-reduce also waits for the CPU): the JSON records
+the core count. Stop other work on the machine while it measures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def main(argv=None) -> int:
+    from gan3d.parallel import netns
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--profiles", nargs="+", default=["native", "edr", "10gbe", "1gbe"],
+                   choices=list(netns.PROFILES))
+    p.add_argument("--ranks", nargs="+", type=int, default=[2, 4])
+    p.add_argument("--repeats", type=int, default=10)
+    p.add_argument("--slow", default="1gbe", help="profile of the one slow link of the "
+                   "asymmetric ring (its other links: the first shaped profile); 'none' to skip")
+    p.add_argument("--output", default="results/bench/network.json")
+    opts = p.parse_args(argv)
+    reason = netns.unavailable()
+    if reason:
+        print(f"[bench_network] skipped: {reason}")
+        return 0
+
+    from gan3d.io import provenance, write_json
+    from gan3d.paths import resolve_path
+    from gan3d.scaling import network
+
+    result = network.study(opts.profiles, opts.ranks, repeats=opts.repeats,
+                           slow=None if opts.slow == "none" else opts.slow)
+    result.update(settings=vars(opts), cores=len(os.sched_getaffinity(0)),
+                  profiles={k: vars(v) for k, v in netns.PROFILES.items()},
+                  provenance=provenance())
+    print(network.model_table(result))
+    for r in result["rows"]:
+        link, shaped = r["links"][-1], r["shaped_Bps"][-1]
+        if shaped:
+            print(f"[bench_network] {r['profile']} x {r['ranks']}: link {link['bandwidth_Bps'] / 1e9:.3g} "
+                  f"GB/s against {shaped / 1e9:.3g} shaped ({link['bandwidth_Bps'] / shaped - 1:+.1%})")
+    print(f"[bench_network] netem (added delay) available: {result['netem']}; leftovers: "
+          f"{netns.leftovers() or 'none'}")
+    path = write_json(resolve_path(opts.output), result)
+    print(f"[bench_network] wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,273 @@
+"""A multi-node network emulated on one machine: one Linux network namespace per rank.
+
+Each rank sits in its own network namespace (and UTS namespace, so that it has its own host
+name), joined to the others by a veth pair through a bridge; ``tc`` shapes every link to a
+named :data:`PROFILES` entry with a token bucket (``tbf``) on both of its ends. The ranks talk
+TCP only: Horovod's Gloo transport (there is no shared memory across namespaces), started
+without mpirun by a rendezvous server in this process
+(:func:`gan3d.parallel.distributed.gloo_rendezvous`), as ``horovodrun --gloo`` does.
+
+Added delay needs ``netem``, which not every kernel has (:func:`netem_available`); without it
+the links keep their native latency, which :mod:`gan3d.scaling.network` measures and reports.
+
+Everything a :class:`Network` creates carries a name unique to the run (interfaces, namespaces,
+``/etc/netns`` files, a /24 subnet not in use) and is removed when the ``with`` block ends,
+whatever ends it (an error, Ctrl-C, SIGTERM); :func:`leftovers` lists what a killed run left.
+Creating namespaces needs root: :func:`unavailable` says why it cannot run here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import os
+import secrets
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from .. import console
+from ..exceptions import EnvironmentProblem, RankFailed
+from . import distributed
+
+__all__ = ["Profile", "PROFILES", "unavailable", "netem_available", "Network", "leftovers",
+           "PREFIX"]
+
+log = console.get_logger(__name__)
+PREFIX = "g3n"  # every interface, namespace and /etc/netns folder of this module starts so
+
+
+@dataclasses.dataclass(frozen=True)
+class Profile:
+    """A link: ``rate_Bps`` bytes/s one direction (None: unshaped) and ``latency_s`` one way."""
+
+    name: str
+    rate_Bps: float | None
+    latency_s: float | None
+
+
+PROFILES = {
+    "native": Profile("veth, unshaped", None, None),
+    "edr": Profile("EDR InfiniBand-like", 12.5e9, 1e-6),
+    "10gbe": Profile("10 GbE", 1.25e9, 20e-6),
+    "1gbe": Profile("1 GbE", 125e6, 50e-6),
+}
+
+
+def _run(*cmd: str, check: bool = True) -> subprocess.CompletedProcess:
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    if check and out.returncode != 0:
+        raise EnvironmentProblem(f"`{' '.join(cmd)}` failed: {out.stderr.strip()}")
+    return out
+
+
+def unavailable() -> str | None:
+    """Why this machine cannot emulate a network here, or None when it can."""
+    if os.geteuid() != 0:
+        return "network namespaces need root (run as root, e.g. in a container or VM)"
+    for tool in ("ip", "tc", "unshare"):
+        if shutil.which(tool) is None:
+            return f"`{tool}` is not installed (Debian: iproute2, util-linux)"
+    return None
+
+
+def netem_available() -> bool:
+    """Whether the kernel has the netem qdisc (added delay), tried on a throwaway namespace."""
+    if unavailable():
+        return False
+    ns = f"{PREFIX}{secrets.token_hex(3)}t"
+    try:
+        _run("ip", "netns", "add", ns)
+        _run("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
+        return _run("ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "lo", "root", "netem",
+                    "delay", "1ms", check=False).returncode == 0
+    finally:
+        _run("ip", "netns", "del", ns, check=False)
+
+
+def _free_subnet() -> ipaddress.IPv4Network:
+    used = [ipaddress.ip_interface(word).network for line in _run("ip", "-4", "-o", "addr").stdout
+            .splitlines() for word in line.split() if "/" in word and word[0].isdigit()]
+    for _ in range(200):
+        net = ipaddress.ip_network(f"10.{secrets.randbelow(56) + 200}.{secrets.randbelow(256)}.0/24")
+        if not any(net.overlaps(u) for u in used):
+            return net
+    raise EnvironmentProblem("no free 10.200-255.x.0/24 subnet for the emulated network")
+
+
+class Network:
+    """``ranks`` namespaces on a bridge, every link shaped to ``profile``; with ``slow`` =
+    (rank, profile) that rank's link gets another profile (one slow link in the ring)."""
+
+    def __init__(self, ranks: int, profile: str | Profile = "native",
+                 slow: tuple[int, str | Profile] | None = None):
+        reason = unavailable()
+        if reason:
+            raise EnvironmentProblem(f"cannot emulate a network: {reason}")
+        if ranks < 2:
+            raise ValueError("an emulated network needs at least 2 ranks")
+        self.ranks = ranks
+        self.profiles = [_profile(profile)] * ranks
+        if slow is not None:
+            self.profiles[slow[0]] = _profile(slow[1])
+        self.tag = f"{PREFIX}{secrets.token_hex(2)}"  # 7 characters: names stay <= 15
+        self.bridge = f"{self.tag}br"
+        self.namespaces = [f"{self.tag}n{i}" for i in range(ranks)]
+        self.hosts = [f"{self.tag}-rank{i}" for i in range(ranks)]
+        self.subnet: ipaddress.IPv4Network | None = None
+        self.addresses: list[str] = []
+        self.gateway = ""
+        self._old_handlers: dict = {}
+
+    # -- life cycle ----------------------------------------------------------------------------
+    def __enter__(self) -> "Network":
+        for sig in (signal.SIGTERM, signal.SIGHUP):  # turned into exceptions: the teardown runs
+            self._old_handlers[sig] = signal.signal(sig, _raise_exit)
+        try:
+            self._create()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _create(self) -> None:
+        self.subnet = _free_subnet()
+        hosts = list(self.subnet.hosts())
+        self.addresses = [str(hosts[i]) for i in range(self.ranks)]
+        self.gateway = str(hosts[-1])
+        _run("ip", "link", "add", self.bridge, "type", "bridge")
+        _run("ip", "addr", "add", f"{self.gateway}/24", "dev", self.bridge)
+        _run("ip", "link", "set", self.bridge, "up")
+        table = "127.0.0.1 localhost\n" + "".join(
+            f"{a} {h}\n" for a, h in zip(self.addresses, self.hosts))
+        for i, (ns, addr, prof) in enumerate(zip(self.namespaces, self.addresses, self.profiles)):
+            host_end, ns_end = f"{self.tag}h{i}", f"{self.tag}c{i}"
+            _run("ip", "netns", "add", ns)
+            folder = Path("/etc/netns") / ns  # `ip netns exec` shows it as the rank's /etc/hosts
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "hosts").write_text(table)
+            _run("ip", "link", "add", host_end, "type", "veth", "peer", "name", ns_end)
+            _run("ip", "link", "set", ns_end, "netns", ns)
+            _run("ip", "link", "set", host_end, "master", self.bridge)
+            _run("ip", "link", "set", host_end, "up")
+            inside = ("ip", "netns", "exec", ns)
+            _run(*inside, "ip", "link", "set", ns_end, "name", "eth0")
+            _run(*inside, "ip", "addr", "add", f"{addr}/24", "dev", "eth0")
+            _run(*inside, "ip", "link", "set", "eth0", "up")
+            _run(*inside, "ip", "link", "set", "lo", "up")
+            if prof.rate_Bps:  # both directions of the link: the rank's egress and the bridge's
+                _run(*inside, "tc", "qdisc", "add", "dev", "eth0", "root", *_tbf(prof.rate_Bps))
+                _run("tc", "qdisc", "add", "dev", host_end, "root", *_tbf(prof.rate_Bps))
+        log.info("emulated network %s: %d ranks on %s, links %s", self.tag, self.ranks,
+                 self.subnet, ", ".join(p.name for p in self.profiles))
+
+    def close(self) -> None:
+        """Remove everything this network made (idempotent; errors only logged)."""
+        for ns in self.namespaces:
+            _run("ip", "netns", "del", ns, check=False)  # takes its veth pair with it
+            shutil.rmtree(Path("/etc/netns") / ns, ignore_errors=True)
+        for i in range(self.ranks):
+            _run("ip", "link", "del", f"{self.tag}h{i}", check=False)
+        _run("ip", "link", "del", self.bridge, check=False)
+        for sig, handler in self._old_handlers.items():
+            signal.signal(sig, handler)
+        self._old_handlers.clear()
+        left = leftovers(self.tag)
+        if left:
+            log.warning("emulated network %s: could not remove %s", self.tag, ", ".join(left))
+
+    # -- running ranks -------------------------------------------------------------------------
+    def command(self, rank: int, argv: Sequence[str]) -> list[str]:
+        """``argv`` run in ``rank``'s network namespace, under its own host name."""
+        return ["ip", "netns", "exec", self.namespaces[rank], "unshare", "--uts", "sh", "-c",
+                f"hostname {self.hosts[rank]} && exec {shlex.join(argv)}"]
+
+    def run_horovod(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
+                    timeout: float = 600.0) -> list[str]:
+        """Run ``argv`` as one Horovod (Gloo) rank per namespace; their outputs, in rank order.
+        If a rank fails, the others are stopped at once and :class:`RankFailed` names it."""
+        server, port, slots = distributed.gloo_rendezvous(self.hosts)
+        procs, outs = [], []
+        try:
+            for slot in slots:
+                rank_env = {**os.environ, **(env or {}), **distributed.gloo_environment(
+                    slot, self.gateway, port, "eth0")}
+                procs.append(subprocess.Popen(self.command(slot.rank, argv), env=rank_env,
+                                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                              text=True, start_new_session=True))
+            deadline = time.monotonic() + timeout
+            while any(p.poll() is None for p in procs):
+                failed = [i for i, p in enumerate(procs) if p.poll() not in (None, 0)]
+                if failed or time.monotonic() > deadline:
+                    _stop(procs)
+                    if failed:
+                        rank = failed[0]
+                        raise RankFailed(rank, f"exited with status {procs[rank].returncode}:\n"
+                                         + procs[rank].stdout.read()[-3000:])
+                    raise RankFailed(0, f"no result after {timeout:.0f} s on network {self.tag}")
+                time.sleep(0.05)
+            outs = [p.stdout.read() for p in procs]
+            for i, p in enumerate(procs):
+                if p.returncode != 0:
+                    raise RankFailed(i, f"exited with status {p.returncode}:\n{outs[i][-3000:]}")
+            return outs
+        finally:
+            _stop(procs)
+            for p in procs:
+                p.stdout.close()
+            distributed.gloo_stop(server)
+
+
+def _profile(p: str | Profile) -> Profile:
+    if isinstance(p, Profile):
+        return p
+    if p not in PROFILES:
+        raise ValueError(f"unknown network profile {p!r}; choose one of {', '.join(PROFILES)}")
+    return PROFILES[p]
+
+
+def _tbf(rate_Bps: float) -> list[str]:
+    """A token bucket of ``rate_Bps``: burst of 1 ms of traffic (at least 64 KiB)."""
+    burst = max(int(rate_Bps * 1e-3), 65536)
+    return ["tbf", "rate", f"{int(rate_Bps * 8)}bit", "burst", str(burst), "latency", "100ms"]
+
+
+def _stop(procs) -> None:
+    for p in procs:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    for p in procs:
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL does not wait
+            pass
+
+
+def _raise_exit(signum, frame):
+    raise SystemExit(128 + signum)
+
+
+def leftovers(tag: str = PREFIX) -> list[str]:
+    """Namespaces, interfaces and /etc/netns folders whose names start with ``tag``."""
+    names = [line.split()[0] for line in _run("ip", "netns", "list", check=False).stdout.splitlines()
+             if line.startswith(tag)]
+    links = [line.split(":")[1].strip().split("@")[0] for line in
+             _run("ip", "-o", "link", check=False).stdout.splitlines()
+             if line.split(":")[1].strip().startswith(tag)]
+    folders = [p.name for p in Path("/etc/netns").glob(f"{tag}*")] if Path("/etc/netns").is_dir() else []
+    return sorted(set(names) | set(links) | set(folders))
+
+
+if __name__ == "__main__":  # pragma: no cover - `python -m gan3d.parallel.netns`: what is left
+    print("\n".join(leftovers()) or "nothing left", file=sys.stdout)
