@@ -107,8 +107,11 @@ def test_figures_show_the_summaries(small_run):
     reg = vplots.energy_regression(result.reference["inclusive"],
                                    {"untrained": samples["untrained"]})
     assert reg.axes[0].get_title() == "untrained"
-    for make in (vplots.moments, vplots.hits_and_spectrum):
-        assert len(make(samples).axes) in (3, 6)
+    assert len(vplots.hits_and_spectrum(samples).axes) == 3
+    moments = vplots.moments(samples)  # barycentre, variance and third moment along x, y, z
+    assert len(moments.axes) == 9 and "third moment along z" in moments.axes[8].get_xlabel()
+    per_bin = vplots.profiles_per_bin({k: result.samples(k) for k in result.bins})
+    assert len(per_bin.axes) == 2 * 2 * (len(result.bins) - 1)  # profile + ratio, z and x, per bin
     check = vplots.validator_check({"reference": {"AUC": 0.5, "FPD": 0.01},
                                     "wider": {"AUC": 1.0, "FPD": 20.0}})
     assert [a.get_title() for a in check.axes] == ["AUC", "FPD"]
