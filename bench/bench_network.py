@@ -5,7 +5,8 @@ and exits 0. Every rank sits in its own network namespace and host name, the lin
 with tbf to each profile (netem, where the kernel has it, would add delay; without it the native
 latency is measured and kept), and the ranks run Horovod over Gloo/TCP. For each profile and
 rank count: the link's measured bandwidth and latency, the all-reduce time per message size
-(median of repeats), and the ring model calibrated on the measured link, with its error::
+(median of repeats), and the ring model calibrated on the measured link, with its error; then
+the 3DGAN's gradients of one update with Horovod's tensor fusion on and off::
 
     python bench/bench_network.py                          # -> results/bench/network.json
     python bench/bench_network.py --profiles native 1gbe --ranks 2 --repeats 5
@@ -31,6 +32,9 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=10)
     p.add_argument("--slow", default="1gbe", help="profile of the one slow link of the "
                    "asymmetric ring (its other links: the first shaped profile); 'none' to skip")
+    p.add_argument("--fusion", nargs="*", default=["native", "10gbe", "1gbe"],
+                   help="profiles on which to time the 3DGAN's gradients with Horovod's tensor "
+                   "fusion on and off (none: skip)")
     p.add_argument("--output", default="results/bench/network.json")
     opts = p.parse_args(argv)
     reason = netns.unavailable()
@@ -47,7 +51,12 @@ def main(argv=None) -> int:
     result.update(settings=vars(opts), cores=len(os.sched_getaffinity(0)),
                   profiles={k: vars(v) for k, v in netns.PROFILES.items()},
                   provenance=provenance())
+    if opts.fusion:
+        result["fusion"] = network.fusion_study(opts.fusion, ranks=2, repeats=opts.repeats,
+                                                calibration=result["calibration"])
     print(network.model_table(result))
+    if opts.fusion:
+        print(network.fusion_table(result["fusion"]))
     for r in result["rows"]:
         link, shaped = r["links"][-1], r["shaped_Bps"][-1]
         if shaped:

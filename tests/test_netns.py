@@ -99,3 +99,11 @@ def test_sigterm_while_the_network_exists_still_removes_it(tmp_path):
     assert proc.wait(timeout=60) != 0
     proc.stdout.close()
     assert netns.leftovers(tag) == []
+
+
+def test_the_fusion_table_reads_measured_against_modelled():
+    row = {"profile": "1gbe", "ranks": 2, "net": "G", "tensors": 13, "bytes": 3_491_232,
+           "link": {"bandwidth_Bps": 1.2e8, "latency_s": 1.5e-5}, "fused_s": 0.0335,
+           "unfused_s": 0.0575, "model_fused_s": 0.0315, "per_message_s": (0.0575 - 0.0335) / 12}
+    table = network.fusion_table({"rows": [row]})
+    assert "| 1gbe | G | 13 | 3.49 | 33.5 (31.5) | 57.5 | 2.00 | 42% |" in table

@@ -34,7 +34,8 @@ from .. import console
 from ..parallel import netns
 from . import perfmodel
 
-__all__ = ["SIZES", "link_check", "allreduce_times", "study", "model_table"]
+__all__ = ["SIZES", "link_check", "allreduce_times", "study", "model_table", "gradient_times",
+           "fusion_study", "fusion_table"]
 
 log = console.get_logger(__name__)
 SIZES = tuple(4 * 4**k for k in range(3, 13))  # 256 B .. 64 MiB
@@ -147,6 +148,86 @@ def _worker(job: dict) -> None:
         print("RESULT " + json.dumps({str(k): v for k, v in times.items()}), flush=True)
 
 
+def _gradient_worker(job: dict) -> None:
+    """One rank: all-reduce the 3DGAN's gradient tensors of D, then of G, as one training step
+    issues them (every tensor its own all-reduce, in one compiled function, so that Horovod
+    may fuse them); rank 0 prints the median seconds per network."""
+    import tensorflow as tf
+
+    from ..gan.model import build_discriminator, build_generator
+    from ..parallel import distributed
+
+    world = distributed.init(threads=1)
+    times = {}
+    for name, model in (("D", build_discriminator()), ("G", build_generator())):
+        tensors = [tf.ones(w.shape, tf.float32) for w in model.trainable_weights]
+        fn = tf.function(lambda ts, name=name: [
+            distributed.allreduce(t, "sum", name=f"{name}{i}") for i, t in enumerate(ts)])
+        for _ in range(2):
+            [np.asarray(x) for x in fn(tensors)]
+        t = []
+        for _ in range(job["repeats"]):
+            t0 = time.perf_counter()
+            [np.asarray(x) for x in fn(tensors)]
+            t.append(time.perf_counter() - t0)
+        times[name] = {"s": statistics.median(t), "tensors": len(tensors),
+                       "bytes": int(sum(4 * np.prod(w.shape) for w in model.trainable_weights)),
+                       "tensor_bytes": [int(4 * np.prod(w.shape)) for w in model.trainable_weights]}
+    if world.is_root:
+        print("RESULT " + json.dumps(times), flush=True)
+
+
+def gradient_times(net: "netns.Network", fusion: bool, repeats: int = 10) -> dict:
+    """Seconds to all-reduce the D and the G gradients of one update over ``net``, with Horovod's
+    tensor fusion on (its default 64 MiB buffer) or off (threshold 0: one message per tensor)."""
+    env = {"HOROVOD_CYCLE_TIME": "1", "HOROVOD_FUSION_THRESHOLD": str(64 * 2**20 if fusion else 0),
+           "GAN3D_PROGRESS": "0", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    outs = net.run_horovod([sys.executable, "-m", __name__, "gradients",
+                            json.dumps({"repeats": repeats})], env=env, timeout=900)
+    line = [ln for ln in outs[0].splitlines() if ln.startswith("RESULT ")]
+    if not line:
+        raise RuntimeError(f"rank 0 printed no result:\n{outs[0][-3000:]}")
+    return json.loads(line[-1][7:])
+
+
+def fusion_study(profiles: Sequence[str] = ("native", "10gbe", "1gbe"), ranks: int = 2,
+                 repeats: int = 10, calibration: dict | None = None) -> dict:
+    """Tensor fusion on and off for the 3DGAN's gradients over each profile, measured; the fused
+    time also modelled (one all-reduce of all the bytes, :func:`study`'s ``calibration``), and
+    the cost of each message that fusion saves derived: (unfused - fused) / (tensors - 1)."""
+    rows = []
+    for prof in console.progress(profiles, desc="fusion on/off", unit="network"):
+        with netns.Network(ranks, prof) as net:
+            link = link_check(net)
+            on, off = gradient_times(net, True, repeats), gradient_times(net, False, repeats)
+        o, endpoint = 0.0, None
+        if calibration and str(ranks) in calibration:
+            o = calibration[str(ranks)]["overhead_s"]
+            endpoint = calibration[str(ranks)]["endpoint_Bps"]
+        model = perfmodel.Link(link["bandwidth_Bps"], link["latency_s"])
+        for name in ("D", "G"):
+            k = on[name]["tensors"]
+            rows.append({"profile": prof, "ranks": ranks, "net": name, "link": link, "tensors": k,
+                         "bytes": on[name]["bytes"], "fused_s": on[name]["s"],
+                         "unfused_s": off[name]["s"],
+                         "per_message_s": (off[name]["s"] - on[name]["s"]) / max(k - 1, 1),
+                         "model_fused_s": perfmodel.allreduce_time(on[name]["bytes"], ranks,
+                                                                   model, o, endpoint=endpoint)})
+    return {"ranks": ranks, "repeats": repeats, "rows": rows}
+
+
+def fusion_table(result: dict) -> str:
+    """Markdown: per network and gradient set, fusion on against off."""
+    lines = ["| network | gradients | tensors | MB | fused ms (model) | one message per tensor ms "
+             "| each extra message ms | fusion saves |", "|---|---|---|---|---|---|---|---|"]
+    for r in result["rows"]:
+        lines.append(f"| {r['profile']} | {r['net']} | {r['tensors']} | {r['bytes'] / 1e6:.2f} | "
+                     f"{r['fused_s'] * 1e3:.1f} ({r['model_fused_s'] * 1e3:.1f}) | "
+                     f"{r['unfused_s'] * 1e3:.1f} | {r['per_message_s'] * 1e3:.2f} | "
+                     f"{1 - r['fused_s'] / r['unfused_s']:.0%} |")
+    return "\n".join(lines)
+
+
 def allreduce_times(net: "netns.Network", sizes: Sequence[int] = SIZES, repeats: int = 10,
                     cycle_ms: float = 1.0) -> dict[int, float]:
     """Median seconds of a Horovod all-reduce of each size (bytes) over ``net``'s ranks."""
@@ -190,18 +271,25 @@ def study(profiles: Sequence[str] = ("native", "10gbe", "1gbe"), ranks: Sequence
 
 
 def _with_model(result: dict) -> dict:
-    """Add the model's prediction and its error to every row (module docstring): per rank
-    count, Horovod's overhead ``o`` and the endpoint rate (bytes/s at which the ranks reduce and
-    copy, a pipelined ring's other limit) come from the unshaped network, fitted on messages
-    up to 64 KiB and from 1 MiB; the link's bandwidth and latency are those measured on it."""
-    native = [r for r in result["rows"] if r["profile"] == "native" and not r["slow_link"]]
+    """Add the model's prediction and its error to every row (module docstring). Per rank count:
+    Horovod's per-call overhead ``o`` is the median, over every network's messages up to 64 KiB,
+    of the time the link does not explain (it is Horovod's coordination, not the link's); the
+    endpoint rate (bytes/s at which the ranks reduce and copy, a pipelined ring's other limit)
+    is the median of n / (t - o) over the unshaped network's messages from 4 MiB. The link's
+    bandwidth and latency are those measured on it."""
     calib = {}
-    for r in native:
-        n, t = [int(k) for k in r["time_s"]], list(r["time_s"].values())
-        small = perfmodel.fit_allreduce(n, t, r["ranks"], 0, 64 * 1024)
-        large = perfmodel.fit_allreduce(n, t, r["ranks"], 2**20, float("inf"))
-        hops = 2 * (r["ranks"] - 1) * r["links"][0]["latency_s"]  # in the intercept already
-        calib[r["ranks"]] = (max(0.0, small["intercept_s"] - hops), 1.0 / large["slope_s_per_byte"])
+    for p in sorted({r["ranks"] for r in result["rows"]}):
+        rest = []
+        for r in (r for r in result["rows"] if r["ranks"] == p):
+            link = min(r["links"], key=lambda x: x["bandwidth_Bps"])
+            bare = perfmodel.Link(link["bandwidth_Bps"], link["latency_s"])
+            rest += [t - perfmodel.allreduce_time(int(k), p, bare)
+                     for k, t in r["time_s"].items() if int(k) <= 64 * 1024]
+        o = max(0.0, float(np.median(rest))) if rest else 0.0
+        rates = [int(k) / (t - o) for r in result["rows"] if r["ranks"] == p
+                 and r["profile"] == "native" and not r["slow_link"]
+                 for k, t in r["time_s"].items() if int(k) >= 4 * 2**20 and t > o]
+        calib[p] = (o, float(np.median(rates)) if rates else None)
     result["calibration"] = {str(p): {"overhead_s": o, "endpoint_Bps": e}
                              for p, (o, e) in calib.items()}
     for r in result["rows"]:
@@ -246,6 +334,8 @@ def main(argv: Sequence[str]) -> int:  # pragma: no cover - run in the namespace
         print(json.dumps(_probe(argv[1], int(argv[2]))), flush=True)
     elif argv[0] == "worker":
         _worker(json.loads(argv[1]))
+    elif argv[0] == "gradients":
+        _gradient_worker(json.loads(argv[1]))
     return 0
 
 
