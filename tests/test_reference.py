@@ -46,5 +46,10 @@ def test_export_then_load_gives_the_same_networks(tmp_path):
     assert reference.export(tmp_path / "run", again, monitor_showers=16)["showers_seen"] == 8
     assert np.array_equal(generate_showers(reference.load(again), e, seed=1),
                           generate_showers(trained, e, seed=1))
+    # or a chosen epoch: its networks and showers seen, the whole run's learning curve
+    first = reference.export(tmp_path / "run", tmp_path / "epoch1", monitor_showers=16,
+                             checkpoint=tmp_path / "run" / "checkpoints" / "epoch-0001.npz")
+    assert first["showers_seen"] == 4 and first["epoch"] == 1 and first["epochs"] == 2
+    assert len(first["learning_curve"]) == 2
     with pytest.raises(CheckpointError, match="no generator.keras and no checkpoint"):
         reference.export(tmp_path / "data", folder)

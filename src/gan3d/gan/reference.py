@@ -67,14 +67,19 @@ def load(folder: Path = FOLDER, *, discriminator: bool = False):
     return gen, disc
 
 
-def _networks(run: Path):
+def _networks(run: Path, checkpoint: Path | None = None):
     """(generator, discriminator, history rows, config, provenance) of a finished run, or of the
-    newest checkpoint of a run still training (or stopped)."""
+    newest checkpoint of a run still training (or stopped), or of the given ``checkpoint``."""
     from ..config import from_dict
     from . import checkpoints
     from .model import load_discriminator, load_generator
     from .training import build_step
 
+    if checkpoint is not None:
+        meta, arrays = checkpoints.load_checkpoint(checkpoint)
+        step = build_step(from_dict(meta["config"]))
+        checkpoints.restore_variables(step.state_variables(), meta, arrays, checkpoint)
+        return step.g, step.d, meta["history"], meta["config"], meta["provenance"]
     if (run / "generator.keras").is_file() and (run / "discriminator.keras").is_file():
         written = json.loads((run / "config.json").read_text())
         return (load_generator(run / "generator.keras"),
@@ -91,22 +96,30 @@ def _networks(run: Path):
 
 
 def export(run: str | Path, folder: Path = FOLDER, *, note: str = "",
-           monitor_showers: int = 256) -> dict:
+           monitor_showers: int = 256, checkpoint: str | Path | None = None) -> dict:
     """Ship the networks of the training output folder ``run`` as the reference generator: its
     ``generator.keras`` and ``discriminator.keras`` when it finished, else its newest
-    checkpoint. The final monitors are measured again on ``monitor_showers`` showers per energy;
-    the learning curve is the run's history (the monitors it recorded every epoch)."""
+    checkpoint, or the epoch ``checkpoint`` (e.g. the one whose monitors were best: GAN
+    training wanders). The final monitors are measured again on ``monitor_showers`` showers per
+    energy; the learning curve is the run's whole history (``history.jsonl`` when it is there:
+    the monitors it recorded every epoch), ``epoch`` says which epoch was shipped."""
     from .model import generate_showers
 
-    gen, disc, rows, run_config, run_provenance = _networks(Path(run))
+    run = Path(run)
+    gen, disc, rows, run_config, run_provenance = _networks(
+        run, Path(checkpoint) if checkpoint else None)
     if not rows or "showers_seen" not in rows[-1]:
         raise CheckpointError(f"{run}: its history has no showers_seen (made by gan3d < 0.3)")
+    shipped = rows[-1]
+    if (run / "history.jsonl").is_file():
+        rows = read_history(run) if len(read_history(run)) >= len(rows) else rows
     n, energies = monitor_showers, monitors.MONITOR_ENERGIES
     showers = generate_showers(gen, np.repeat(energies, n), seed=4242)
     final = monitors.compare({e: showers[i * n:(i + 1) * n] for i, e in enumerate(energies)},
                              n_reference=n)
     curve = [{k: v for k, v in r.items() if k.startswith("mon_") or k in _CURVE_KEYS} for r in rows]
-    meta = {"showers_seen": int(rows[-1]["showers_seen"]), "epochs": len(rows),
+    meta = {"showers_seen": int(shipped["showers_seen"]), "epoch": int(shipped["epoch"]),
+            "epochs": len(rows),
             "note": note, "config": run_config, "provenance": run_provenance,
             "final_monitors": final,
             "targets": {name: {"kind": k, "tolerance": t} for name, (k, t) in monitors.TARGETS.items()},
