@@ -34,6 +34,8 @@ def test_export_then_load_gives_the_same_networks(tmp_path):
     assert "mon_max_layer_400" in info["learning_curve"][-1]
     assert info["final_monitors"]["targets"] == 4 * len(monitors.TARGETS)
     assert set(info["showers_needed"]) == set(monitors.TARGETS)
+    # no folder of the machine it was trained on
+    assert info["config"]["data"]["path"] == "data/data" and info["config"]["train"]["output"] == "results/run"
     gen, disc = reference.load(folder, discriminator=True)
     trained = load_generator(run.generator)
     e = np.array([50.0, 400.0])

@@ -25,7 +25,7 @@ from ..io import atomic_path, write_json
 from ..validation import monitors
 from .history import read_history
 
-__all__ = ["NAME", "FOLDER", "available", "info", "label", "load", "export"]
+__all__ = ["NAME", "FOLDER", "available", "info", "label", "load", "export", "portable"]
 
 NAME = "reference"  # what users pass where a training folder is expected
 FOLDER = Path(str(resources.files("gan3d.gan").joinpath("reference")))
@@ -120,7 +120,7 @@ def export(run: str | Path, folder: Path = FOLDER, *, note: str = "",
     curve = [{k: v for k, v in r.items() if k.startswith("mon_") or k in _CURVE_KEYS} for r in rows]
     meta = {"showers_seen": int(shipped["showers_seen"]), "epoch": int(shipped["epoch"]),
             "epochs": len(rows),
-            "note": note, "config": run_config, "provenance": run_provenance,
+            "note": note, "config": portable(run_config), "provenance": run_provenance,
             "final_monitors": final,
             "targets": {name: {"kind": k, "tolerance": t} for name, (k, t) in monitors.TARGETS.items()},
             "showers_needed": monitors.showers_needed(curve, energies), "learning_curve": curve}
@@ -130,6 +130,18 @@ def export(run: str | Path, folder: Path = FOLDER, *, note: str = "",
             net.save_weights(tmp)
     write_json(folder / _INFO, meta)
     return meta
+
+
+def portable(config: dict | None) -> dict | None:
+    """A run's configuration without the folders of the machine it ran on: ``data.path`` and
+    ``train.output`` keep their last name only (under ``data/`` and ``results/``)."""
+    if not config:
+        return config
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in config.items()}
+    for section, key, under in (("data", "path", "data"), ("train", "output", "results")):
+        if isinstance(out.get(section), dict) and out[section].get(key):
+            out[section][key] = f"{under}/{Path(out[section][key]).name}"
+    return out
 
 
 _CURVE_KEYS: Sequence[str] = ("epoch", "showers_seen", "d_loss", "g_loss", "test_d_loss",
