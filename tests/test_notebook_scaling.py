@@ -30,7 +30,7 @@ def test_notebook_03_measures_and_draws_everything(run_notebook, tmp_path):
     for name in FIGURES:
         assert (figs / name).stat().st_size > 10_000, name
     for name in ("scaling_weak.json", "timeline_breakdown.json", "overall_time.json",
-                 "overall_time.md", "scaling_summary.json", "roofline.json"):
+                 "overall_time.md", "scaling_summary.json", "roofline.json", "energy.json"):
         assert (res / name).is_file(), name
     s = json.loads((res / "scaling_summary.json").read_text())
     assert s["config"]["scale"]["steps"] == 4 and s["provenance"]["gan3d"]
@@ -55,6 +55,8 @@ def test_notebook_03_measures_and_draws_everything(run_notebook, tmp_path):
     assert m["compute_fraction"] + m["wait_fraction"] + m["comm_fraction"] == pytest.approx(1.0)
     for step in tl["per_step"]:  # a misread timeline gives negative spans
         assert min(step["wait_s"]) >= 0 and min(step["compute_s"]) >= 0 and step["comm_s"] >= 0
+    en = json.loads((res / "energy.json").read_text())
+    assert en["here"]["kind"] == "estimate" and en["here"]["joule_per_shower"] > 0
     prof = json.loads((res / "roofline.json").read_text())
     assert prof["batch"] == 2 and prof["precision"] in ("float32", "bfloat16")
     assert 0 < prof["step"]["limit_s"] < prof["step"]["measured_s"]
