@@ -49,20 +49,11 @@ from pathlib import Path
 CONFIGS = ((1, 1), (1, 2), (2, 1), ("pair", 1))  # (ranks, threads per rank); "pair": 2 x (1, 1)
 
 
-def matmul_peak(dtype: str, n: int = 2048, repeats: int = 5) -> float:
-    """Median GFLOP/s of an n x n matmul in TensorFlow, with this process's thread settings."""
-    import numpy as np
-    import tensorflow as tf
+def matmul_peak(dtype: str) -> float:
+    """Median GFLOP/s of a 2048 x 2048 matmul with this process's threads (the roofline's peak)."""
+    from gan3d.scaling.roofline import matmul_rate
 
-    a = tf.constant(np.random.default_rng(0).standard_normal((n, n)), dtype=dtype)
-    matmul = tf.function(lambda x: tf.linalg.matmul(x, x))
-    matmul(a).numpy()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        matmul(a).numpy()
-        times.append(time.perf_counter() - t0)
-    return 2 * n**3 / float(np.median(times)) / 1e9
+    return matmul_rate(dtype)
 
 
 def probe_bf16(opts) -> dict:
