@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.notebook, pytest.mark.slow]
 FIGURES = {"validation_check.png", "validation_metrics.png", "validation_sampling_fraction.png",
            "validation_ecal_sum.png", "validation_profiles.png", "validation_moments.png",
            "validation_hits_spectrum.png", "validation_energy_regression.png",
-           "validation_speed.png", "validation_profiles_per_bin.png"}
+           "validation_speed.png", "validation_profiles_per_bin.png", "validation_resolution.png"}
 
 
 def test_committed_without_outputs_and_with_parameters():

@@ -124,7 +124,7 @@ def test_cli_exit_status_is_nonzero_on_failure(project, monkeypatch):
 
 def test_index_shows_project_paths_relative_to_the_project():
     from gan3d.paths import repo_root
-    from gan3d.pipeline import _shown
+    from gan3d.figure_index import shown as _shown
 
     inside = str(repo_root() / "results" / "training" / "train_1w")
     assert _shown([inside, "/elsewhere/x"]) == ["results/training/train_1w", "/elsewhere/x"]
@@ -160,3 +160,26 @@ def test_running_one_notebook_keeps_the_other_rows_of_the_index(project):
     assert [r.status for r in summary.records] == ["ran"]
     index = (project / "figures" / "README.md").read_text()
     assert all(f"[{s.name}_fig.png]" in index for s in STEPS)
+
+
+def test_index_names_the_training_budget_of_the_generators_a_figure_shows(tmp_path):
+    """Showers of a generator trained on 576 showers and of one trained on 12,800 read very
+    differently: the index says which budget each figure of notebooks 02 and 04 shows."""
+    import json
+
+    from gan3d.gan import reference
+    from gan3d.figure_index import seven_cells as _seven_cells, shows_generators as _shows_generators, training_budgets
+
+    for workers, seen in ((1, 192), (2, 384)):
+        run = tmp_path / "training" / f"train_{workers}w"
+        run.mkdir(parents=True)
+        lines = [json.dumps({"epoch": e, "showers_seen": seen * e}) for e in (1, 2, 3)]
+        (run / "history.jsonl").write_text("\n".join(lines) + "\n")
+    budget = training_budgets("validation", tmp_path)
+    ref = reference.info()["showers_seen"]
+    assert budget == f"1 worker: 576 showers; 2 workers: 1,152 showers; reference generator: {ref:,} showers"
+    assert training_budgets("scaling", tmp_path) == ""
+    assert _shows_generators("training_showers.png") and _shows_generators("validation_profiles.png")
+    assert not _shows_generators("training_epoch_times.png") and not _shows_generators("fig3_x.png")
+    old = "| [a.png](a.png) | x | 04.ipynb | p | 2026-11-30T00:00:00+00:00 | `abc` |"
+    assert _seven_cells(old).split(" | ")[4] == "" and len(_seven_cells(old).split(" | ")) == 7

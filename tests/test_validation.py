@@ -112,9 +112,35 @@ def test_figures_show_the_summaries(small_run):
     assert len(moments.axes) == 9 and "third moment along z" in moments.axes[8].get_xlabel()
     per_bin = vplots.profiles_per_bin({k: result.samples(k) for k in result.bins})
     assert len(per_bin.axes) == 2 * 2 * (len(result.bins) - 1)  # profile + ratio, z and x, per bin
+    bins = {k: result.samples(k) for k in result.bins}
+    table = validation.resolution_table(bins)
+    assert list(table) == ["reference", "untrained"]
+    assert table["reference"]["energy"] == [float(k) for k in result.bins if k != "inclusive"]
+    res = vplots.energy_resolution(bins)
+    assert len(res.axes) == 2 and "resolution" in res.axes[0].get_ylabel()
+    ratio = res.axes[1].containers[0].lines[0].get_ydata()  # GAN / reference, one point per bin
+    expected = np.divide(table["untrained"]["resolution"], table["reference"]["resolution"])
+    np.testing.assert_allclose(ratio, expected)
+    assert np.all(np.asarray(table["untrained"]["resolution"]) > 0)
     check = vplots.validator_check({"reference": {"AUC": 0.5, "FPD": 0.01},
                                     "wider": {"AUC": 1.0, "FPD": 20.0}})
     assert [a.get_title() for a in check.axes] == ["AUC", "FPD"]
+
+
+def test_relative_resolution_and_its_error():
+    """sigma/mean of a sample with a known spread, its standard error, and the a/sqrt(E) (+) b
+    fit recovering the terms that made the spreads."""
+    from gan3d.validation.physics import relative_resolution, resolution_fit
+
+    rng = np.random.default_rng(3)
+    rel, err = relative_resolution(rng.normal(2.0, 0.1, 20_000))
+    assert abs(rel - 0.05) < 3 * err and 0.0002 < err < 0.0003  # 0.05 / sqrt(2 x 19,999)
+    assert all(np.isnan(relative_resolution([1.0])))
+    energies = np.array([50.0, 100.0, 200.0, 400.0])
+    truth = np.hypot(0.15 / np.sqrt(energies), 0.01)
+    fitted = [relative_resolution(rng.normal(1.0, t, 20_000))[0] for t in truth]
+    fit = resolution_fit(energies, fitted, 20_000)
+    assert abs(fit["a"] - 0.15) < 0.01 and abs(fit["b"] - 0.01) < 0.003
 
 
 def test_clic_reference_comes_from_held_out_files(tmp_path):

@@ -13,7 +13,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from ..data.calorimeter import HIT_THRESHOLD_GEV, N_LAYERS
-from ..validation.study import metric_value
+from ..validation.study import metric_value, resolution_table
 from . import LABELS, colours, panels, styled
 
 __all__ = [
@@ -21,6 +21,7 @@ __all__ = [
     "ecal_sum_per_bin",
     "profiles",
     "profiles_per_bin",
+    "energy_resolution",
     "moments",
     "hits_and_spectrum",
     "energy_regression",
@@ -170,6 +171,43 @@ def profiles_per_bin(per_bin: Mapping[str, Mapping], *, ax=None):
             bottom.set_ylabel(f"{LABELS['gan']} / ref.", fontsize=7)
             bottom.set_xlabel(xlabel)
     axes[0, 0].legend(fontsize="x-small")
+    return fig
+
+
+@styled
+def energy_resolution(per_bin: Mapping[str, Mapping], *, ax=None):
+    """Relative energy resolution sigma/mean of ECAL sum / Ep per energy bin (keys like
+    ``"100"``), each sample with its standard error and its fit a/sqrt(E) (+) b (in the legend),
+    over a ratio panel GAN / reference (the grey band is x 0.8-1.25, the 20 % a calorimeter
+    simulation is asked to stay within). (``ax``: 2 Axes, resolution then ratio.)"""
+    table = resolution_table(per_bin)
+    fig, axes = _grid(ax, 2, 1, width=5.5, height=5.0, gridspec_kw={"height_ratios": [3, 1]})
+    top, bottom = axes[0, 0], axes[1, 0]
+    labels = list(table)
+    ref = table[labels[0]] if labels else None
+    for i, lab in enumerate(labels):
+        row = table[lab]
+        e, r, err = (np.asarray(row[k], float) for k in ("energy", "resolution", "error"))
+        fit = row.get("fit")
+        text = f"{lab}" + (f": {fit['a']:.2f}/$\\sqrt{{E}}$ ⊕ {fit['b']:.3f}" if fit else "")
+        if i == 0:
+            top.fill_between(e, r - err, r + err, label=text, **_REF)
+            continue
+        shift = 1 + 0.02 * (i - 1)
+        top.errorbar(e * shift, r, err, fmt="o-", color=_colour(i - 1), capsize=2, label=text)
+        ratio = r / np.asarray(ref["resolution"], float)
+        ratio_err = ratio * np.hypot(err / r, np.asarray(ref["error"], float) / np.asarray(ref["resolution"], float))
+        bottom.errorbar(e * shift, ratio, ratio_err, fmt="o", color=_colour(i - 1), capsize=2)
+    top.set_xscale("log")
+    top.set_yscale("log")
+    top.set_ylabel("resolution $\\sigma / \\mu$ of $E_{ECAL}/E_p$")
+    top.legend(fontsize="x-small")
+    bottom.axhspan(0.8, 1.25, **_REF, lw=0)
+    bottom.axhline(1.0, color="black", lw=0.6)
+    bottom.set_xscale("log")
+    bottom.set_yscale("log")
+    bottom.set_ylabel(f"{LABELS['gan']} / ref.", fontsize=7)
+    bottom.set_xlabel("primary energy $E_p$ (GeV)")
     return fig
 
 

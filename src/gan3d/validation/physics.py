@@ -269,6 +269,18 @@ def resolution_fit(energy_gev, rel_sigma, n_showers) -> dict:
     return {"a": float(np.sqrt(max(a2, 0.0))), "b": float(np.sqrt(max(b2, 0.0)))}
 
 
+def relative_resolution(sampling_fraction) -> tuple[float, float]:
+    """Relative energy resolution sigma/mean of ``sampling_fraction`` (ECAL sum / Ep per shower,
+    so that the spread of Ep inside an energy bin does not count) and its standard error,
+    sigma/mean / sqrt(2 (n - 1)) (that of a standard deviation of n normal values)."""
+    sf = np.asarray(sampling_fraction, np.float64)
+    sf = sf[np.isfinite(sf)]
+    if sf.size < 2 or sf.mean() == 0:
+        return float("nan"), float("nan")
+    rel = float(sf.std(ddof=1) / abs(sf.mean()))
+    return rel, rel / np.sqrt(2 * (sf.size - 1))
+
+
 def _bin_numbers(x: np.ndarray, e: np.ndarray) -> dict:
     """The numbers of :func:`sample_summary` for showers ``x`` (n, 25, 25, 25) of energies ``e``
     (n,)."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -30,7 +30,7 @@ from . import metrics, physics
 __all__ = [
     "Showers", "Summary", "Validation", "bin_keys", "energy_sets", "reference_pair", "summarise",
     "compare", "load_networks", "validate", "distortion_check", "headline", "metric_value",
-    "metrics_table",
+    "metrics_table", "resolution_table",
 ]
 
 
@@ -302,3 +302,25 @@ def metrics_table(result: dict, names=("auc_high", "fpd", "three_dgan", "sep:sam
             cells = [f"{metric_value(per_bin[k], name):.3g}" for k in keys]
             lines.append(f"| {lab} | {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def resolution_table(per_bin: Mapping[str, Mapping]) -> dict[str, dict]:
+    """Per sample label: energy bins (GeV), relative resolution sigma/mean of the sampling
+    fraction per bin and its standard error, showers per bin, and the fit a/sqrt(E) (+) b over
+    the bins (when there are two or more)."""
+    keys = [k for k in per_bin if k != "inclusive"]
+    out: dict[str, dict] = {}
+    for key in keys:
+        for lab, s in per_bin[key].items():
+            rel, err = physics.relative_resolution(s.features["sampling_fraction"])
+            row = out.setdefault(lab, {"energy": [], "resolution": [], "error": [], "n": []})
+            row["energy"].append(float(key))
+            row["resolution"].append(rel)
+            row["error"].append(err)
+            row["n"].append(int(np.isfinite(s.features["sampling_fraction"]).sum()))
+    for row in out.values():
+        ok = np.isfinite(row["resolution"]) & (np.asarray(row["resolution"]) > 0)
+        if ok.sum() >= 2:
+            row["fit"] = physics.resolution_fit(np.asarray(row["energy"])[ok],
+                                        np.asarray(row["resolution"])[ok], np.asarray(row["n"])[ok])
+    return out
