@@ -6,10 +6,12 @@ with tbf to each profile (netem, where the kernel has it, would add delay; witho
 latency is measured and kept), and the ranks run Horovod over Gloo/TCP. For each profile and
 rank count: the link's measured bandwidth and latency, the all-reduce time per message size
 (median of repeats), and the ring model calibrated on the measured link, with its error; then
-the 3DGAN's gradients of one update with Horovod's tensor fusion on and off::
+the 3DGAN's gradients of one update with Horovod's tensor fusion on and off; then the full 3DGAN
+step on 2 computing ranks over each profile (``gan3d scale --network``) against the model::
 
     python bench/bench_network.py                          # -> results/bench/network.json
     python bench/bench_network.py --profiles native 1gbe --ranks 2 --repeats 5
+    python bench/bench_network.py --only-steps --output studies/network.json   # add the steps
 
 More ranks than cores share the CPUs (their all-reduce also waits for the CPU): the JSON records
 the core count. Stop other work on the machine while it measures.
@@ -35,6 +37,12 @@ def main(argv=None) -> int:
     p.add_argument("--fusion", nargs="*", default=["native", "10gbe", "1gbe"],
                    help="profiles on which to time the 3DGAN's gradients with Horovod's tensor "
                    "fusion on and off (none: skip)")
+    p.add_argument("--steps", nargs="*", default=["native", "10gbe", "1gbe"],
+                   help="profiles over which to time the full 3DGAN step on 2 computing ranks "
+                        "(the first is the model's base; none: skip)")
+    p.add_argument("--batch", type=int, default=8, help="per-rank batch of the step timing")
+    p.add_argument("--only-steps", action="store_true",
+                   help="keep the all-reduce results of the existing --output file, add the steps")
     p.add_argument("--output", default="results/bench/network.json")
     opts = p.parse_args(argv)
     reason = netns.unavailable()
@@ -42,20 +50,31 @@ def main(argv=None) -> int:
         print(f"[bench_network] skipped: {reason}")
         return 0
 
-    from gan3d.io import provenance, write_json
+    from gan3d import config
+    from gan3d.io import provenance, read_json, write_json
     from gan3d.paths import resolve_path
-    from gan3d.scaling import network
+    from gan3d.scaling import multinode, network
 
-    result = network.study(opts.profiles, opts.ranks, repeats=opts.repeats,
-                           slow=None if opts.slow == "none" else opts.slow)
-    result.update(settings=vars(opts), cores=len(os.sched_getaffinity(0)),
-                  profiles={k: vars(v) for k, v in netns.PROFILES.items()},
-                  provenance=provenance())
-    if opts.fusion:
-        result["fusion"] = network.fusion_study(opts.fusion, ranks=2, repeats=opts.repeats,
-                                                calibration=result["calibration"])
+    out_path = resolve_path(opts.output)
+    if opts.only_steps:
+        result = read_json(out_path)
+    else:
+        result = network.study(opts.profiles, opts.ranks, repeats=opts.repeats,
+                               slow=None if opts.slow == "none" else opts.slow)
+        result.update(settings=vars(opts), cores=len(os.sched_getaffinity(0)),
+                      profiles={k: vars(v) for k, v in netns.PROFILES.items()},
+                      provenance=provenance())
+        if opts.fusion:
+            result["fusion"] = network.fusion_study(opts.fusion, ranks=2, repeats=opts.repeats,
+                                                    calibration=result["calibration"])
+    if opts.steps:
+        cfg = config.resolve("quick", {"train.batch_size": opts.batch, "scale.steps": 3,
+                                       "scale.warmup_steps": 1, "scale.repeats": 1})
+        result["steps"] = multinode.step_study(cfg, opts.steps, calibration=result["calibration"])
+        result["steps"]["provenance"] = provenance()
+        print(multinode.step_table(result["steps"]))
     print(network.model_table(result))
-    if opts.fusion:
+    if "fusion" in result:
         print(network.fusion_table(result["fusion"]))
     for r in result["rows"]:
         link, shaped = r["links"][-1], r["shaped_Bps"][-1]
@@ -64,7 +83,7 @@ def main(argv=None) -> int:
                   f"GB/s against {shaped / 1e9:.3g} shaped ({link['bandwidth_Bps'] / shaped - 1:+.1%})")
     print(f"[bench_network] netem (added delay) available: {result['netem']}; leftovers: "
           f"{netns.leftovers() or 'none'}")
-    path = write_json(resolve_path(opts.output), result)
+    path = write_json(out_path, result)
     print(f"[bench_network] wrote {path}")
     return 0
 

@@ -107,3 +107,89 @@ def test_the_fusion_table_reads_measured_against_modelled():
            "unfused_s": 0.0575, "model_fused_s": 0.0315, "per_message_s": (0.0575 - 0.0335) / 12}
     table = network.fusion_table({"rows": [row]})
     assert "| 1gbe | G | 13 | 3.49 | 33.5 (31.5) | 57.5 | 2.00 | 42% |" in table
+
+
+@needs_root
+@pytest.mark.slow
+def test_an_mpi_job_spans_the_namespaces_and_a_dead_rank_ends_it():
+    """mpirun starts one daemon per namespace (an ssh stand-in runs it there): every rank sees
+    only its own namespace's interface and host name, they all-reduce over TCP, and the forced
+    algorithm is the one Open MPI runs; a rank that dies ends the job, and nothing is left."""
+    from gan3d.scaling import algorithms
+
+    script = ("import socket, numpy as np\nfrom mpi4py import MPI\nc = MPI.COMM_WORLD\n"
+              "y = np.zeros(4)\nc.Allreduce(np.full(4, c.Get_rank() + 1.0), y)\n"
+              "print('RANK', c.Get_rank(), socket.gethostname(), int(y[0]), flush=True)\n")
+    with netns.Network(2, "10gbe") as net:
+        tag = net.tag
+        out = net.mpirun([sys.executable, "-c", script], per_host=2, timeout=120)
+        ranks = sorted(ln.split()[1:] for ln in out.splitlines() if ln.startswith("RANK"))
+        assert [r[0] for r in ranks] == ["0", "1", "2", "3"] and {r[2] for r in ranks} == {"10"}
+        assert [r[1] for r in ranks] == [net.hosts[0]] * 2 + [net.hosts[1]] * 2  # by namespace
+        res = algorithms.allreduce_times(net, "ring", [4096, 2**24], repeats=3, seconds=0.05)
+        assert set(res["time_s"]) == {"4096", "16777216"} and res["ranks"] == 2
+        # not faster than the shaped link lets through: n bytes each way at 1.25 GB/s, less the
+        # token bucket's burst (1 ms of traffic) that may pass at once
+        assert res["time_s"]["16777216"] > (2**24 - 1.25e6) / 1.25e9
+        t0 = time.monotonic()
+        with pytest.raises(RankFailed):
+            # rank 1 dies (no MPI_Finalize: a crash); rank 0 would wait for it forever
+            net.mpirun([sys.executable, "-c", "import os, time\nfrom mpi4py import MPI\n"
+                        "MPI.COMM_WORLD.Get_rank() == 1 and os._exit(3)\ntime.sleep(600)"],
+                       timeout=120)
+        assert time.monotonic() - t0 < 60
+    assert netns.leftovers(tag) == []
+    left = subprocess.run(["pgrep", "-f", "time.sleep\\(600\\)"], capture_output=True, text=True)
+    assert left.stdout == ""
+
+
+def test_textbook_all_reduce_costs_and_their_winners():
+    """The costs of Thakur et al.: at p = 2 ring and Rabenseifner coincide; recursive doubling
+    wins on latency-bound messages at many ranks, the bandwidth-optimal ones on big messages."""
+    from gan3d.scaling import algorithms as A
+
+    a, b, g = 20e-6, 1 / 1.25e9, 1e-10
+    assert A.cost("ring", 2**20, 2, a, b, g) == pytest.approx(A.cost("rabenseifner", 2**20, 2, a, b, g))
+    assert A.cost("ring", 1e6, 4, a, b, 0) == pytest.approx(6 * a + 1.5e6 * b)
+    assert A.cost("recursive_doubling", 1e6, 4, a, b, 0) == pytest.approx(2 * (a + 1e6 * b))
+    assert A.cost("linear", 1e6, 4, a, b, 0) == pytest.approx(6 * (a + 1e6 * b))
+    assert A.cost("ring", 1e6, 1, a, b) == 0.0
+    with pytest.raises(ValueError, match="no textbook cost"):
+        A.cost("han", 1e6, 4, a, b)
+    win = A.winners(3.5e6, [2, 64], [1e-6, 1e-3], 1.25e9, g)
+    best = {(c["ranks"], c["latency_s"]): c["best"] for row in win["grid"] for c in row}
+    assert best[(64, 1e-6)] in ("ring", "rabenseifner")  # bandwidth-bound: n/p pieces
+    assert best[(64, 1e-3)] in ("rabenseifner", "recursive_doubling")  # 2(p-1) hops cost too much
+    small = A.winners(4096, [64], [1e-4], 1.25e9, g)["grid"][0][0]["best"]
+    assert small == "recursive_doubling"
+
+
+def test_scale_over_an_unknown_network_is_refused_before_anything_runs(tmp_path):
+    from gan3d import cli
+
+    rc = cli.main(["scale", "--workers", "1,2", "--network", "carrier-pigeon",
+                   "--output", str(tmp_path / "s")])
+    assert rc == 2 and not (tmp_path / "s").exists()
+
+
+def test_non_powers_of_two_pay_the_fold_in_the_doubling_algorithms():
+    from gan3d.scaling import algorithms as A
+
+    a, b = 20e-6, 1 / 1.25e9
+    # 12 ranks: the doubling algorithms run on 8 after 4 ranks fold in (and get the result back)
+    fold = 2 * a + 2 * 1e6 * b
+    assert A.cost("recursive_doubling", 1e6, 12, a, b) == pytest.approx(3 * (a + 1e6 * b) + fold)
+    assert A.cost("rabenseifner", 1e6, 12, a, b) == pytest.approx(6 * a + 1.75e6 * b + fold)
+    # so at 12 workers and a big message the ring, which needs no power of two, wins
+    assert A.winners(3.5e6, [12], [1e-6], 1.25e9)["grid"][0][0]["best"] == "ring"
+
+
+def test_slower_networks_stop_scaling_at_fewer_workers_and_bigger_batches_scale_further():
+    from gan3d.scaling import multinode
+
+    proj = multinode.projection(batches=(8, 512), share=0.1)
+    w = {r["profile"]: r["workers"] for r in proj["rows"]}
+    assert w["edr"]["512"] > w["10gbe"]["512"] > w["1gbe"]["512"] > 4  # past one node of 4 GPUs
+    for prof in w:
+        assert w[prof]["8"] <= w[prof]["512"]
+    assert "| 1 GbE (0.125 GB/s, 50 us) |" in multinode.projection_table(proj)

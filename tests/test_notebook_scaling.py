@@ -11,7 +11,8 @@ import pytest
 FIGURES = ("fig1_node_fabric.png", "fig1_this_machine.png", "fig2_step_breakdown.png",
            "fig2_allreduce_bandwidth.png", "fig3_speedup_efficiency.png",
            "scaling_overall_time.png", "scaling_model_projection.png", "scaling_roofline.png",
-           "scaling_network_allreduce.png")
+           "scaling_network_allreduce.png", "scaling_allreduce_algorithms.png",
+           "scaling_network_projection.png")
 
 
 @pytest.mark.slow

@@ -10,11 +10,12 @@ import pytest
 
 from gan3d import plots
 from gan3d.plots import data as dplots
+from gan3d.plots import network as nplots
 from gan3d.plots import scaling as splots
 from gan3d.plots import training as tplots
 from gan3d.plots import validation as vplots
 
-MODULES = (dplots, tplots, splots, vplots)
+MODULES = (dplots, tplots, splots, nplots, vplots)
 
 
 def _public_plot_functions():

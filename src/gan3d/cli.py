@@ -6,6 +6,7 @@
     gan3d train --profile quick --workers 2       # launches 2 MPI ranks by itself
     mpirun -np 4 gan3d train --profile paper      # or under any launcher (horovodrun too)
     gan3d scale --profile quick                   # scaling experiments
+    gan3d scale --workers 1,2 --network 1gbe      # ... ranks on an emulated 1 GbE network (root)
     gan3d validate results/training/train_1w      # physics validation of a trained generator
     gan3d simulate --generator results/training/train_1w --n 1000 --output sim.h5
     gan3d reproduce --profile quick               # every figure of the study
@@ -100,6 +101,9 @@ def _scale_parser(sub) -> None:
     scale.add_argument("--workers", help="comma-separated worker counts, e.g. 1,2,4")
     scale.add_argument("--mode", choices=("weak", "strong"))
     scale.add_argument("--output", help="scale.output folder")
+    scale.add_argument("--network", metavar="PROFILE",
+                       help="run each multi-worker job with its ranks in separate network "
+                            "namespaces behind links of this profile (root): native, edr, 10gbe, 1gbe")
 
 
 def _validate_parser(sub) -> None:
@@ -160,7 +164,7 @@ def _cmd_scale(args: argparse.Namespace) -> int:
             workers = tuple(int(w) for w in args.workers.split(","))
         except ValueError:
             raise Gan3dError(f"--workers {args.workers!r}: give counts like 1,2,4") from None
-    run(_config(args), workers=workers, mode=args.mode, output=args.output)
+    run(_config(args), workers=workers, mode=args.mode, output=args.output, network=args.network)
     return 0
 
 

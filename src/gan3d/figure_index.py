@@ -27,6 +27,9 @@ FIGURE_MAP = (
     ("fig2_", "Fig. 2 - where a step's time goes; is training compute-bound?"),
     ("fig3_", "Fig. 3 - speed-up and scaling efficiency against workers"),
     ("scaling_overall", "Sect. 6 - overall time with test-loss evaluation (9.07x at 12 GPUs)"),
+    ("scaling_network_projection",
+     "Sect. 7 - the 3DGAN step per emulated network (measured) and where each network stops "
+     "scaling (model)"),
     ("scaling_network", "Sect. 7 - all-reduce over emulated networks, measured and modelled"),
     ("scaling_allreduce_algorithms",
      "Sect. 7 - other all-reduce methods: MPI algorithms and hierarchy, measured and modelled"),

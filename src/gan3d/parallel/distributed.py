@@ -179,6 +179,17 @@ def mpi_rank() -> int:
     return _mpi().COMM_WORLD.Get_rank()  # DISTRIBUTED
 
 
+def mpi_size() -> int:
+    """Ranks in MPI_COMM_WORLD (starts MPI if needed; no Horovod)."""
+    return _mpi().COMM_WORLD.Get_size()  # DISTRIBUTED
+
+
+def mpi_max(value: float) -> float:
+    """The largest ``value`` over the ranks of MPI_COMM_WORLD (e.g. the slowest rank's time)."""
+    MPI = _mpi()
+    return MPI.COMM_WORLD.allreduce(value, op=MPI.MAX)  # DISTRIBUTED
+
+
 def mpi_barrier() -> None:
     """MPI_Barrier on MPI_COMM_WORLD: every rank waits for all."""
     _mpi().COMM_WORLD.Barrier()  # DISTRIBUTED

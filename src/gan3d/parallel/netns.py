@@ -5,7 +5,12 @@ name), joined to the others by a veth pair through a bridge; ``tc`` shapes every
 named :data:`PROFILES` entry with a token bucket (``tbf``) on both of its ends. The ranks talk
 TCP only: Horovod's Gloo transport (there is no shared memory across namespaces), started
 without mpirun by a rendezvous server in this process
-(:func:`gan3d.parallel.distributed.gloo_rendezvous`), as ``horovodrun --gloo`` does.
+(:func:`gan3d.parallel.distributed.gloo_rendezvous`), as ``horovodrun --gloo`` does, or an MPI
+job (:meth:`Network.mpirun`) launched as on a cluster: ``mpirun`` starts its daemon on every
+"host" (a namespace, named by its address) through an ssh stand-in that runs the daemon in that
+namespace, so each namespace has its own daemon and the ranks meet over TCP. (Ranks that
+``mpirun`` forks itself, wrapped in ``ip netns exec``, cannot reach its daemon's local PMIx
+server across the namespace boundary; this is why the daemons are started per namespace.)
 
 Added delay needs ``netem``, which not every kernel has (:func:`netem_available`); without it
 the links keep their native latency, which :mod:`gan3d.scaling.network` measures and reports.
@@ -27,6 +32,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -123,6 +129,7 @@ class Network:
         self.addresses: list[str] = []
         self.gateway = ""
         self._old_handlers: dict = {}
+        self._folder: Path | None = None  # the ssh stand-in of :meth:`mpirun`
 
     # -- life cycle ----------------------------------------------------------------------------
     def __enter__(self) -> "Network":
@@ -177,6 +184,9 @@ class Network:
         for i in range(self.ranks):
             _run("ip", "link", "del", f"{self.tag}h{i}", check=False)
         _run("ip", "link", "del", self.bridge, check=False)
+        if self._folder is not None:
+            shutil.rmtree(self._folder, ignore_errors=True)
+            self._folder = None
         for sig, handler in self._old_handlers.items():
             signal.signal(sig, handler)
         self._old_handlers.clear()
@@ -224,6 +234,67 @@ class Network:
             for p in procs:
                 p.stdout.close()
             distributed.gloo_stop(server)
+
+
+    def _ssh_agent(self) -> Path:
+        """The ssh stand-in ``mpirun`` starts its daemons with: ``agent HOST COMMAND...`` runs
+        COMMAND (a shell line, as ssh would) in the namespace whose address is HOST."""
+        if self._folder is None:
+            self._folder = Path(tempfile.mkdtemp(prefix=f"{self.tag}-mpi-"))
+        agent = self._folder / "agent"  # not named ssh: mpirun would pass ssh options
+        cases = "".join(f"  {a}) ns={ns}; h={h};;\n"
+                        for a, ns, h in zip(self.addresses, self.namespaces, self.hosts))
+        agent.write_text("#!/bin/sh\n# ssh stand-in: run the command in the namespace of HOST\n"
+                         "host=$1; shift\ncase $host in\n" + cases
+                         + '  *) echo "no namespace for host $host" >&2; exit 1;;\nesac\n'
+                         'exec ip netns exec "$ns" unshare --uts sh -c "hostname $h && $*"\n')
+        agent.chmod(0o755)
+        return agent
+
+    def mpirun(self, argv: Sequence[str], *, per_host: int = 1,
+               mca: Mapping[str, str] | None = None, env: Mapping[str, str] | None = None,
+               timeout: float = 600.0) -> str:
+        """Run ``argv`` as one MPI job of ``per_host`` ranks in every namespace (ranks
+        0..per_host-1 in the first, and so on); its merged output. Between namespaces Open MPI
+        talks TCP over the shaped links; inside one, shared memory (``sm``), as on a node.
+        ``mca``: further Open MPI parameters (e.g. the all-reduce algorithm). A rank that fails
+        ends the job (mpirun's own fail-fast) and raises :class:`RankFailed`; so does a job that
+        outlives ``timeout`` (its process group is killed)."""
+        from .. import runtime
+
+        subnet = str(self.subnet)
+        params = {"btl": "tcp,self,sm" if per_host > 1 else "tcp,self",
+                  "btl_tcp_if_include": subnet, "oob_tcp_if_include": subnet, **(mca or {})}
+        mpirun = runtime.env_bin() / "mpirun"
+        cmd = [str(mpirun if mpirun.exists() else "mpirun"), "--allow-run-as-root",
+               "-np", str(per_host * self.ranks),
+               "--host", ",".join(f"{a}:{per_host}" for a in self.addresses),
+               "--map-by", "slot", "--bind-to", "none",
+               "--prtemca", "plm_ssh_agent", str(self._ssh_agent()),
+               "--prtemca", "plm_ssh_no_tree_spawn", "1", "--prtemca", "oob_tcp_if_include", subnet]
+        for key, value in params.items():
+            cmd += ["--mca", key, str(value)]
+        run_env = runtime.mpi_environment({**os.environ, **(env or {})})
+        for key in (env or {}):
+            cmd += ["-x", key]
+        cmd += ["-x", "PATH", *argv]
+        proc = subprocess.Popen(cmd, env=run_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, start_new_session=True)
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _stop([proc])
+            out = proc.stdout.read() if proc.stdout else ""
+            raise RankFailed(0, f"MPI job on network {self.tag} gave no result after "
+                                f"{timeout:.0f} s:\n{out[-3000:]}") from None
+        finally:
+            _stop([proc])
+            if proc.stdout:
+                proc.stdout.close()
+        if proc.returncode != 0:
+            raise RankFailed(0, f"MPI job on network {self.tag} exited with status "
+                                f"{proc.returncode}:\n{out[-3000:]}")
+        return out
 
 
 def _profile(p: str | Profile) -> Profile:

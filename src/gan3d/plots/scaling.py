@@ -16,10 +16,10 @@ import numpy as np
 from matplotlib.patches import FancyBboxPatch, Patch
 
 from ..scaling import perfmodel as pm
-from . import LABELS, Figure, colours, panels, styled
+from . import LABELS, Figure, panels, styled
 
 __all__ = ["node_fabric", "step_breakdown", "allreduce_bandwidth", "speedup_efficiency",
-           "overall_time", "model_projection", "roofline", "network_allreduce"]
+           "overall_time", "model_projection", "roofline"]
 
 _KIND_COLOUR = {"nvlink": "#009E73", "smp": "#E69F00", "memory": "#777777", "pcie": "#0072B2",
                 "infiniband": "#CC79A7", "network": "#CC79A7"}
@@ -353,39 +353,4 @@ def roofline(profile: dict, *, top: int = 12, ax=None) -> Figure:
     a1.set_title(f"step {step['measured_s']:.2f} s measured, limit {step['limit_s']:.2f} s "
                  f"({100 * step['of_limit']:.0f} % of the limit reached)", fontsize=9)
     a1.legend(fontsize=6, loc="lower right")
-    return fig
-
-
-@styled
-def network_allreduce(result: dict, *, ranks: int = 2, ax=None) -> Figure:
-    """Horovod all-reduce over emulated networks (:mod:`gan3d.scaling.network`): left, time
-    against message size per network, measured (markers) and the ring model calibrated on the
-    measured link (lines), the 3DGAN's gradient sizes marked; right, the model's error per size.
-    (``ax``: 2 Axes.)"""
-    fig, (a0, a1) = panels(ax, 1, 2, width=10.5, height=4.0)
-    rows = [r for r in result["rows"] if r["ranks"] == ranks]
-    for colour, r in zip(colours(len(rows)), rows):
-        n = np.array([int(k) for k in r["time_s"]])
-        t = np.array(list(r["time_s"].values()))
-        m = np.array([r["predicted_s"][str(k)] for k in n])
-        link = min(r["links"], key=lambda x: x["bandwidth_Bps"])
-        name = (f"{r['profile']}" + (f" + one {r['slow_link']} link" if r["slow_link"] else "")
-                + f" ({link['bandwidth_Bps'] / 1e9:.2g} GB/s, {link['latency_s'] * 1e6:.0f} us)")
-        a0.loglog(n, t, "o", ms=3.5, color=colour, label=f"{LABELS['measured']}: {name}")
-        a0.loglog(n, m, "-", lw=1.0, color=colour)
-        a1.semilogx(n, 100 * (m / t - 1), "-o", ms=3, color=colour)
-    wl = pm.threedgan_workload()
-    for nbytes, what in ((wl.allreduce_bytes[0], "D gradients"), (wl.allreduce_bytes[2], "G gradients")):
-        a0.axvline(nbytes, color="0.6", lw=0.8, ls=":")
-        a0.annotate(what, (nbytes, a0.get_ylim()[0]), rotation=90, fontsize=6, va="bottom")
-    a0.plot([], [], "-", color="black", label=f"{LABELS['model']}: ring, calibrated on the link")
-    a0.set_xlabel("message (bytes)")
-    a0.set_ylabel("all-reduce time (s)")
-    a0.set_title(f"Horovod (Gloo, TCP), {ranks} ranks in separate network namespaces", fontsize=9)
-    a0.legend(fontsize=6)
-    a1.axhspan(-15, 15, color="#009E73", alpha=0.12, lw=0)
-    a1.axhline(0, color="black", lw=0.6)
-    a1.set_xlabel("message (bytes)")
-    a1.set_ylabel("model / measured - 1 (%)")
-    a1.set_title("model error (band: +-15 %)", fontsize=9)
     return fig

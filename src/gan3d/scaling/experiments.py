@@ -105,13 +105,21 @@ def model_workload(cfg: Config, *, exact: bool = False) -> perfmodel.Workload:
 
 
 def _launch(p: int, job: dict, folder: Path, name: str, *, timeout: float,
-            extra: Sequence[str] = ()) -> dict:
-    """Run one probe job on ``p`` ranks; return rank 0's result."""
+            extra: Sequence[str] = (), network: str | None = None) -> dict:
+    """Run one probe job on ``p`` ranks; return rank 0's result. With ``network`` (a profile of
+    :data:`gan3d.parallel.netns.PROFILES`) and ``p`` > 1, every rank sits in its own network
+    namespace behind a link of that profile and Horovod's MPI talks TCP over it."""
     job_path, out = folder / f"{name}.job.json", folder / f"{name}.out.json"
     out.unlink(missing_ok=True)
     write_json(job_path, dict(job, out=str(out)))
-    launch(p, [sys.executable, "-m", "gan3d.scaling.probes", str(job_path)],
-                       timeout=timeout, stream=False, extra=list(extra))
+    argv = [sys.executable, "-m", "gan3d.scaling.probes", str(job_path)]
+    if network and p > 1:
+        from ..parallel import netns
+
+        with netns.Network(p, network) as net:
+            net.mpirun(argv, timeout=timeout, env={"GAN3D_PROGRESS": "0"})
+    else:
+        launch(p, argv, timeout=timeout, stream=False, extra=list(extra))
     job_path.unlink(missing_ok=True)
     return read_json(out)
 
@@ -130,7 +138,8 @@ def _step_times(res: dict) -> list[float]:
 
 
 def run(cfg: Config, *, workers: Sequence[int] | None = None, mode: str | None = None,
-        output: str | Path | None = None, timeout: float = 3600.0) -> dict:
+        output: str | Path | None = None, timeout: float = 3600.0,
+        network: str | None = None) -> dict:
     """Time training steps for each worker count; write ``scaling_<mode>.json``; return it.
 
     Per count: ``scale.repeats`` launches, each ``scale.warmup_steps`` untimed then
@@ -142,6 +151,16 @@ def run(cfg: Config, *, workers: Sequence[int] | None = None, mode: str | None =
     if mode not in ("weak", "strong") or not workers or min(workers) < 1:
         raise ConfigError(f"scaling needs mode weak|strong and positive worker counts, got "
                           f"{mode!r} {workers}")
+    if network is not None:
+        from ..parallel import netns
+
+        try:  # an unknown profile is refused before anything runs
+            netns._profile(network)
+        except ValueError as exc:
+            raise ConfigError(f"--network: {exc}") from None
+        reason = netns.unavailable()
+        if reason:
+            raise ConfigError(f"--network {network}: cannot emulate a network here: {reason}")
     folder = ensure_dir(resolve_path(output or cfg.scale.output))
     threads, cores, s = threads_per_worker(workers), runtime.cpu_count(), cfg.scale
     jobs = {}
@@ -150,7 +169,7 @@ def run(cfg: Config, *, workers: Sequence[int] | None = None, mode: str | None =
                                "train.workers": p})
         jobs[p] = {"task": "steps", "config": to_dict(cfg_p), "steps": s.steps,
                    "warmup": s.warmup_steps, "threads": threads}
-    results = _repeat(jobs, s.repeats, folder, timeout)
+    results = _repeat(jobs, s.repeats, folder, timeout, network)
     points = []
     for p in workers:
         pt = _point(p, jobs[p]["config"]["train"]["batch_size"],
@@ -164,19 +183,22 @@ def run(cfg: Config, *, workers: Sequence[int] | None = None, mode: str | None =
     _speedups(points, mode)
     result = {"kind": "scaling", "mode": mode, "points": points, "threads_per_worker": threads,
               "workload": model_workload(cfg).__dict__, "config": to_dict(cfg),
-              "machine": machine_info(), "provenance": provenance()}
-    write_json(folder / f"scaling_{mode}.json", result)
+              "machine": machine_info(), "network": network, "provenance": provenance()}
+    write_json(folder / (f"scaling_{mode}_{network}.json" if network else f"scaling_{mode}.json"),
+               result)
     return result
 
 
-def _repeat(jobs: dict[int, dict], repeats: int, folder: Path, timeout: float) -> dict[int, list]:
+def _repeat(jobs: dict[int, dict], repeats: int, folder: Path, timeout: float,
+            network: str | None = None) -> dict[int, list]:
     """Rank 0's results of ``repeats`` launches of each job, repeats outermost: a drifting
     machine load then hits every worker count alike."""
     out: dict[int, list] = {p: [] for p in jobs}
     with console.progress(total=len(jobs) * repeats, desc="scaling runs", unit="run") as bar:
         for r in range(repeats):
             for p, job in jobs.items():
-                out[p].append(_launch(p, job, folder, f"steps_p{p}_r{r}", timeout=timeout))
+                out[p].append(_launch(p, job, folder, f"steps_p{p}_r{r}", timeout=timeout,
+                                      network=network))
                 step_s = statistics.median(_step_times(out[p][-1]))
                 bar.set_postfix_str(f"p={p}: {step_s:.3f} s/step")
                 bar.update()

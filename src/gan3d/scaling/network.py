@@ -177,13 +177,18 @@ def _gradient_worker(job: dict) -> None:
         print("RESULT " + json.dumps(times), flush=True)
 
 
+def _gradient_env(fusion: bool) -> dict[str, str]:
+    """Horovod settings of the gradient timing: 1 ms cycle, fusion buffer 64 MiB or off."""
+    return {"HOROVOD_CYCLE_TIME": "1", "HOROVOD_FUSION_THRESHOLD": str(64 * 2**20 if fusion else 0),
+            "GAN3D_PROGRESS": "0", "TF_CPP_MIN_LOG_LEVEL": "2"}
+
+
 def gradient_times(net: "netns.Network", fusion: bool, repeats: int = 10) -> dict:
     """Seconds to all-reduce the D and the G gradients of one update over ``net``, with Horovod's
     tensor fusion on (its default 64 MiB buffer) or off (threshold 0: one message per tensor)."""
-    env = {"HOROVOD_CYCLE_TIME": "1", "HOROVOD_FUSION_THRESHOLD": str(64 * 2**20 if fusion else 0),
-           "GAN3D_PROGRESS": "0", "TF_CPP_MIN_LOG_LEVEL": "2"}
     outs = net.run_horovod([sys.executable, "-m", __name__, "gradients",
-                            json.dumps({"repeats": repeats})], env=env, timeout=900)
+                            json.dumps({"repeats": repeats})], env=_gradient_env(fusion),
+                           timeout=900)
     line = [ln for ln in outs[0].splitlines() if ln.startswith("RESULT ")]
     if not line:
         raise RuntimeError(f"rank 0 printed no result:\n{outs[0][-3000:]}")

@@ -332,12 +332,15 @@ def paper_jitter(wl: Workload, hw: Hardware, target: float = PAPER["train_effici
 
 
 def crossover_workers(batch: float, wl: Workload, hw: Hardware, *, pmax: int = 10**7,
-                      algorithm: Literal["ring", "tree"] = "ring") -> int | None:
-    """The smallest worker count at which the exposed all-reduce time reaches the computation time
-    (efficiency below one half from communication alone), or None below ``pmax``."""
+                      algorithm: Literal["ring", "tree"] = "ring", share: float = 0.5) -> int | None:
+    """The smallest worker count at which the exposed all-reduce time reaches ``share`` of the
+    step (0.5, the default: as long as the computation, efficiency below one half from
+    communication alone), or None below ``pmax``."""
+    ratio = share / (1 - share)
+
     def dominated(p: int) -> bool:
         st = step_time(p, batch, wl, hw, algorithm)
-        return st.comm >= st.compute
+        return st.comm >= ratio * st.compute
 
     if not dominated(pmax):
         return None
