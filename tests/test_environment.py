@@ -72,3 +72,21 @@ def test_doctor_reports_no_problem():
     assert problems == []
     assert info["horovod"]["mpi"] and info["horovod"]["gloo"]
     assert len(info["libmpi loaded"]) == 1, "mpi4py and Horovod must use one and the same libmpi"
+
+
+def test_doctor_says_what_a_gpu_node_lacks():
+    """On a GPU node the CPU build of TensorFlow, or Horovod without NCCL, is a problem with its
+    fix; on this CPU machine neither is (the report lists no GPU and the CPU's bfloat16)."""
+    from gan3d import doctor
+
+    info, problems = doctor.collect()
+    assert info["gpus"] == [] and isinstance(info["cpu bfloat16"], bool)
+    assert info["tensorflow build"] == {"cuda": None, "cudnn": None}  # the pinned CPU build
+    gpu_node = dict(info, gpus=["GPU 0: Tesla P100-SXM2-16GB (compute capability 6.0, "
+                                "train.precision auto -> float16)"])
+    found = doctor._problems(gpu_node)
+    assert any("CPU build of TensorFlow" in p and "tensorflow[and-cuda]" in p for p in found)
+    assert any("without NCCL" in p and "HOROVOD_GPU_OPERATIONS=NCCL" in p for p in found)
+    built = dict(gpu_node, **{"tensorflow build": {"cuda": "12.5.1", "cudnn": "9"}},
+                 horovod=dict(info["horovod"], nccl=True))
+    assert doctor._problems(built) == problems

@@ -77,8 +77,9 @@ def test_auto_precision_follows_the_cpu_flags(tmp_path, monkeypatch):
     assert runtime.resolve_precision("auto", bf16) == "bfloat16"
     assert runtime.resolve_precision("auto", tmp_path / "absent") == "float32"
     assert runtime.resolve_precision("bfloat16", plain) == "bfloat16"  # asked for: kept
+    assert runtime.resolve_precision("float16") == "float16"  # GPUs; config refuses it on CPUs
     with pytest.raises(ConfigError, match="float16"):
-        runtime.resolve_precision("float16")
+        runtime.resolve_precision("float8")
     cfg = config.resolve("quick")
     assert cfg.train.precision == "auto"
     for has, expected in ((True, "bfloat16"), (False, "float32")):

@@ -104,3 +104,46 @@ def test_batch_statistics_averaging_is_the_identity_on_one_process(gan_step):
     gan_step.average_batch_statistics()
     assert len(stats) == 2 * (2 + 3)  # moving mean and variance of 2 BatchNorms in G, 3 in D
     assert all(np.array_equal(a, v.numpy()) for a, v in zip(before, stats))
+
+
+@pytest.mark.slow
+def test_loss_scaling_changes_nothing_but_skips_a_step_whose_gradients_overflow():
+    """float16 training (GPUs before Ampere) scales the loss up before the gradients and down
+    after the all-reduce. On finite gradients that is the same update as without scaling; a step
+    whose scaled gradients overflow is skipped and the scale halved, on every rank alike. (CPU
+    TensorFlow has no float16 3-D pooling, so the mechanism is checked in float32 here.)"""
+    import keras
+
+    from gan3d.gan.model import build_discriminator, build_generator
+
+    def make(loss_scale):
+        keras.utils.set_random_seed(5)
+        return step.GanStep(build_generator(), build_discriminator(), seed=5, loss_scale=loss_scale)
+
+    plain, scaled = make(False), make(True)
+    for a, b in zip(plain.model_variables(), scaled.model_variables()):
+        b.assign(a)
+    b_ = 2
+    rng = np.random.default_rng(4)
+    draws = {"flip_real": np.zeros(b_, bool), "flip_fake": np.zeros(b_, bool),
+             "e_fake": rng.uniform(0.1, 5.0, b_).astype(np.float32),
+             "z_fake": rng.standard_normal((b_, 200)).astype(np.float32),
+             "e_gen": rng.uniform(0.1, 5.0, (2, b_)).astype(np.float32),
+             "z_gen": rng.standard_normal((2, b_, 200)).astype(np.float32)}
+    batch = _batch(b_, 7)
+    l0 = np.asarray(plain.train_step(batch, draws, training=False))
+    l1 = np.asarray(scaled.train_step(batch, draws, training=False))
+    np.testing.assert_allclose(l1, l0, rtol=1e-5)  # the losses are reported unscaled
+    for a, b in zip(plain.g.trainable_variables + plain.d.trainable_variables,
+                    scaled.g.trainable_variables + scaled.d.trainable_variables):
+        np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-4, atol=1e-6)
+    scale = float(scaled.d_opt.dynamic_scale.numpy())
+    assert scale == 2.0**15  # Keras' initial scale: no overflow so far
+    scaled.d_opt.dynamic_scale.assign(3e38)  # the next D loss overflows float32 when scaled
+    before = [v.numpy().copy() for v in scaled.d.trainable_variables]
+    losses = np.asarray(scaled.train_step(batch, draws, training=False))
+    assert np.isfinite(losses).all()  # the run goes on: nothing non-finite reaches the history
+    assert float(scaled.d_opt.dynamic_scale.numpy()) < 3e38 / 2  # halved (twice: two D updates)
+    assert all(np.array_equal(a, v.numpy()) for a, v in zip(before, scaled.d.trainable_variables))
+    scaled.set_learning_rate(2e-3)
+    assert float(scaled.g_opt.learning_rate.numpy()) == pytest.approx(2e-3)

@@ -123,6 +123,6 @@ def test_invalid_configs_are_named_errors():
     with pytest.raises(ConfigError, match="eval_mode"):
         config.resolve("quick", {"train.eval_mode": "sometimes"})
     with pytest.raises(ConfigError, match="precision"):
-        config.resolve("quick", {"train.precision": "float16"})
+        config.resolve("quick", {"train.precision": "float8"})
     with pytest.raises(ConfigError, match="batch_size"):
         config.resolve("quick", {"train.batch_size": 0})

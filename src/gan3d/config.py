@@ -75,7 +75,7 @@ class TrainConfig:
     eval_fraction: float = 1.0  # share of the test set evaluated each epoch
     # auto: bfloat16 mixed precision where the CPU has bfloat16 arithmetic (AVX512_BF16, AMX),
     # float32 elsewhere; a run records the precision it resolved to (train.resolved_precision).
-    precision: Literal["auto", "float32", "bfloat16"] = "auto"
+    precision: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     steps_per_epoch: int = 0  # 0: one pass over the training shard
     monitor_showers: int = 32  # physics monitors each epoch: showers per monitor energy (0: off)
     timing_warmup_epochs: int = 1  # excluded from timing, as the paper excluded its first epochs
@@ -289,15 +289,20 @@ def parse_overrides(items: list[str] | None) -> dict[str, Any]:
     return out
 
 
-def resolved_precision(cfg: Config) -> Config:
-    """``cfg`` with ``train.precision`` "auto" replaced by what this machine runs: bfloat16 where
-    the CPU has bfloat16 arithmetic, else float32. Outputs record the result, so a run resumed on
-    another CPU cannot switch precision silently."""
+def resolved_precision(cfg: Config, gpu: tuple[int, int] | None = None) -> Config:
+    """``cfg`` with ``train.precision`` "auto" replaced by what this machine runs: on a GPU (its
+    compute capability ``gpu``) bfloat16 from Ampere on, float16 with loss scaling before; on a
+    CPU bfloat16 where it has bfloat16 arithmetic, else float32. Outputs record the result, so a
+    run resumed elsewhere cannot switch precision silently."""
     from .runtime import resolve_precision
 
+    if cfg.train.precision == "float16" and gpu is None:
+        raise ConfigError("train.precision float16 needs a GPU: TensorFlow's CPU kernels have no "
+                          "float16 3-D pooling (the discriminator's); on a CPU choose auto, float32 "
+                          "or bfloat16")
     if cfg.train.precision != "auto":
         return cfg
-    return cfg.replace(**{"train.precision": resolve_precision("auto")})
+    return cfg.replace(**{"train.precision": resolve_precision("auto", gpu=gpu)})
 
 
 def resolve(profile: str = "quick", overrides: Mapping[str, Any] | None = None) -> Config:

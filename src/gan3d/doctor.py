@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 
 from . import __version__, runtime
-from .parallel import distributed
+from .parallel import devices, distributed
 
 __all__ = ["collect", "report"]
 
@@ -63,6 +63,33 @@ def _kernel() -> dict:
             Path(sys.executable).resolve()}
 
 
+def _tensorflow_build() -> dict:
+    """CUDA and cuDNN TensorFlow was built with (none: the CPU build)."""
+    try:
+        import tensorflow as tf
+
+        info = tf.sysconfig.get_build_info()
+    except Exception as exc:  # noqa: BLE001 - reported, not raised
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    return {"cuda": info.get("cuda_version") if info.get("is_cuda_build") else None,
+            "cudnn": info.get("cudnn_version") if info.get("is_cuda_build") else None}
+
+
+def _gpus() -> list[str]:
+    """The GPUs TensorFlow finds, with their compute capability and the precision auto picks."""
+    try:
+        found = devices.describe()
+    except Exception as exc:  # noqa: BLE001
+        return [f"error: {type(exc).__name__}: {exc}"]
+    out = []
+    for g in found:
+        cc = g["compute_capability"]
+        prec = runtime.gpu_precision(cc) if cc else "?"
+        out.append(f"GPU {g['index']}: {g['name']} (compute capability "
+                   f"{'.'.join(map(str, cc)) if cc else '?'}, train.precision auto -> {prec})")
+    return out
+
+
 def _memory_gib() -> float | None:
     return psutil.virtual_memory().total / 2**30
 
@@ -75,6 +102,8 @@ def collect() -> tuple[dict, list[str]]:
         "gan3d": __version__,
         "python": f"{platform.python_version()} ({sys.executable})",
         "tensorflow": _version("tensorflow"),
+        "tensorflow build": _tensorflow_build(),
+        "gpus": _gpus(),
         "keras": _version("keras"),
         "horovod": built["horovod"],
         "mpi4py": built["mpi4py"],
@@ -85,6 +114,7 @@ def collect() -> tuple[dict, list[str]]:
         "h5py": _version("h5py"),
         "jupyter kernel 'gan3d'": _kernel(),
         "cores": runtime.cpu_count(),
+        "cpu bfloat16": runtime.cpu_has_bf16(),
         "memory_gib": round(_memory_gib() or 0, 1),
         "libmpi loaded": _loaded_libmpi(),
         "process settings": {k: os.environ.get(k) for k in runtime.PROCESS_DEFAULTS},
@@ -105,6 +135,14 @@ def _problems(info: dict) -> list[str]:
         problems.append(f"Horovod is not importable ({hvd['error']}); {FIX_ENV}")
     elif missing := [k for k in ("mpi", "gloo") if not hvd[k]]:
         problems.append(f"Horovod was built without {', '.join(missing).upper()}; {FIX_ENV}")
+    gpus = [g for g in info["gpus"] if g.startswith("GPU ")]
+    if gpus and not info["tensorflow build"].get("cuda"):
+        problems.append(f"{len(gpus)} GPU(s) but the CPU build of TensorFlow: install "
+                        "tensorflow[and-cuda]==2.18.1 in place of tensorflow-cpu to train on them")
+    if gpus and "error" not in hvd and not hvd.get("nccl"):
+        problems.append("Horovod was built without NCCL: all-reduces of GPU tensors go through "
+                        "host memory; rebuild it with HOROVOD_GPU_OPERATIONS=NCCL against "
+                        "the NCCL and CUDA of the GPU TensorFlow")
     for key, what in (("mpi4py", "mpi4py cannot load MPI"), ("mpirun", "mpirun")):
         if "error" in info[key]:
             problems.append(f"{what} ({info[key]['error']}); {FIX_ENV}")

@@ -76,13 +76,29 @@ def cpu_has_bf16(cpuinfo: str | os.PathLike = "/proc/cpuinfo") -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
-def resolve_precision(precision: str, cpuinfo: str | os.PathLike = "/proc/cpuinfo") -> str:
-    """``auto`` -> bfloat16 where the CPU has bfloat16 arithmetic, else float32; float32 and
-    bfloat16 stay as they are. Anything else raises :class:`ConfigError`."""
+def gpu_precision(compute_capability: tuple[int, int]) -> str:
+    """The fast precision of a GPU of ``compute_capability``: bfloat16 from 8.0 (A100, H100: bfloat16
+    tensor cores), float16 with loss scaling on 6.0-7.x (P100 computes float16 at twice its float32
+    rate, V100 and T4 on tensor cores), float32 below."""
+    if tuple(compute_capability) >= (8, 0):
+        return "bfloat16"
+    if tuple(compute_capability) >= (6, 0):
+        return "float16"
+    return "float32"
+
+
+def resolve_precision(precision: str, cpuinfo: str | os.PathLike = "/proc/cpuinfo",
+                      gpu: tuple[int, int] | None = None) -> str:
+    """``auto`` -> on a GPU (``gpu``: its compute capability) :func:`gpu_precision`; on a CPU
+    bfloat16 where it has bfloat16 arithmetic, else float32. float32, bfloat16 and float16 (with
+    loss scaling; meant for GPUs, slow on CPUs) stay as they are; anything else raises
+    :class:`ConfigError`."""
     if precision == "auto":
+        if gpu is not None:
+            return gpu_precision(gpu)
         return "bfloat16" if cpu_has_bf16(cpuinfo) else "float32"
-    if precision not in ("float32", "bfloat16"):
-        raise ConfigError(f"precision {precision!r}: choose auto, float32 or bfloat16")
+    if precision not in ("float32", "bfloat16", "float16"):
+        raise ConfigError(f"precision {precision!r}: choose auto, float32, bfloat16 or float16")
     return precision
 
 

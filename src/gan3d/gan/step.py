@@ -72,13 +72,22 @@ class GanStep:
 
     def __init__(self, generator: keras.Model, discriminator: keras.Model, *,
                  loss_weights: Sequence[float] = (2.0, 0.1, 0.1), label_flip: float = 0.05,
-                 learning_rate: float = 1e-3, rho: float = 0.9, seed: int = 0):
+                 learning_rate: float = 1e-3, rho: float = 0.9, seed: int = 0,
+                 loss_scale: bool = False):
         self.g, self.d = generator, discriminator
         self.latent_size = int(generator.input_shape[-1])
         self.weights = [float(w) for w in loss_weights]
         self.label_flip = float(label_flip)
         self.g_opt = keras.optimizers.RMSprop(learning_rate, rho=rho)
         self.d_opt = keras.optimizers.RMSprop(learning_rate, rho=rho)
+        self.loss_scale = bool(loss_scale)
+        if self.loss_scale:  # float16: small gradients would underflow to zero unscaled
+            # Dynamic loss scaling: the loss is multiplied by the scale before the gradients,
+            # which are divided by it after the all-reduce; a step whose gradients are not finite
+            # is skipped and the scale halved (every rank sees the same all-reduced gradients,
+            # so every rank skips alike); it doubles after 2,000 finite steps.
+            self.g_opt = keras.optimizers.LossScaleOptimizer(self.g_opt)
+            self.d_opt = keras.optimizers.LossScaleOptimizer(self.d_opt)
         # Built now, so their state exists before it is broadcast from rank 0.
         self.g_opt.build(self.g.trainable_variables)
         self.d_opt.build(self.d.trainable_variables)
@@ -120,8 +129,8 @@ class GanStep:
             v.assign(np.array([int(s) & 0x7FFFFFFF, 0], dtype=v.dtype))
 
     def set_learning_rate(self, lr: float) -> None:
-        self.g_opt.learning_rate = lr
-        self.d_opt.learning_rate = lr
+        for opt in (self.g_opt, self.d_opt):
+            getattr(opt, "inner_optimizer", opt).learning_rate = lr
 
     # -- the step ---------------------------------------------------------------------------
     def draw(self, batch_size: int) -> dict:
@@ -172,6 +181,8 @@ class GanStep:
         variables = self.d.trainable_variables
         with tf.GradientTape() as tape:
             total, losses = self._total(_parts(self.d(image, training=training), labels, energy, ecal))
+            if self.loss_scale:
+                total = self.d_opt.scale_loss(total)
         grads = tape.gradient(total, variables)
         return distributed.average(grads), losses  # DISTRIBUTED: ring all-reduce, mean over ranks
 
@@ -181,6 +192,8 @@ class GanStep:
             fake = self.g(e[:, None] * z, training=training)
             out = self.d(fake, training=training)
             total, losses = self._total(_parts(out, keras.ops.ones_like(e), e, ecal_target(e)))
+            if self.loss_scale:
+                total = self.g_opt.scale_loss(total)
         grads = tape.gradient(total, self.g.trainable_variables)
         return distributed.average(grads), losses  # DISTRIBUTED: ring all-reduce, mean over ranks
 

@@ -52,7 +52,7 @@ from ..data import files, sharding
 from ..data.generate import generate_dataset
 from ..exceptions import CheckpointError, Gan3dError, NonFiniteLoss
 from ..io import ensure_dir, provenance, remove_temporaries, write_json
-from ..parallel import distributed
+from ..parallel import devices, distributed
 from ..paths import resolve_path
 from ..validation import monitors
 from . import checkpoints
@@ -142,11 +142,19 @@ def data_files(cfg: Config, workers: int = 1) -> tuple[list[str], list[str]]:
 
 def build_step(cfg: Config):
     keras.utils.set_random_seed(cfg.train.seed)  # rank 0's initial weights; then broadcast
-    policy = "mixed_bfloat16" if resolved_precision(cfg).train.precision == "bfloat16" else None
+    precision = resolved_precision(cfg, _gpu()).train.precision
+    policy = None if precision == "float32" else f"mixed_{precision}"
     t = cfg.train
     return GanStep(build_generator(dtype=policy), build_discriminator(dtype=policy),
                    loss_weights=t.loss_weights, label_flip=t.label_flip,
-                   learning_rate=t.learning_rate, rho=t.rho, seed=t.seed)
+                   learning_rate=t.learning_rate, rho=t.rho, seed=t.seed,
+                   loss_scale=precision == "float16")
+
+
+def _gpu() -> tuple[int, int] | None:
+    """Compute capability of the GPU this rank was pinned to (None: CPU)."""
+    gpu = devices.pinned()
+    return gpu["compute_capability"] if gpu else None
 
 
 def _prepare_output(cfg: Config, out: Path, resume: bool) -> None:
@@ -197,7 +205,7 @@ def train(cfg: Config, *, resume: bool = False) -> TrainResult:
     good checkpoint stays in place). Returns the same :class:`TrainResult` on every rank.
     """
     world = distributed.init()  # DISTRIBUTED: first thing, before TensorFlow runs an op
-    cfg = collective(world, lambda: resolved_precision(cfg))  # rank 0's CPU decides "auto"
+    cfg = collective(world, lambda: resolved_precision(cfg, _gpu()))  # rank 0's device decides "auto"
     out = resolve_path(cfg.train.output)
     collective(world, lambda: _prepare_output(cfg, out, resume))
     train_files, test_files = collective(world, lambda: data_files(cfg, world.size))

@@ -29,6 +29,7 @@ from typing import Any, Sequence
 
 from .. import console, runtime
 from ..exceptions import EnvironmentProblem
+from . import devices
 
 __all__ = [
     "World", "init", "world", "average", "allreduce", "broadcast", "broadcast_object",
@@ -82,6 +83,7 @@ def init(*, threads: int | None = None) -> World:
         hvd.init()  # DISTRIBUTED: joins the MPI (or Gloo) world started by the launcher
         _WORLD = World(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size())
         console.set_rank(_WORLD.rank, _WORLD.size)  # rank 0 logs; the others only warnings
+        devices.pin(_WORLD.local_rank, _WORLD.local_size)  # one GPU per rank (none: CPU)
     return _WORLD
 
 
@@ -220,7 +222,8 @@ def _horovod_build() -> dict:
     except Exception as exc:  # noqa: BLE001 - any import failure means "not usable"
         return {"error": f"{type(exc).__name__}: {exc}"}
     return {"version": importlib.import_module("horovod").__version__,
-            "tensorflow": True, "mpi": bool(hvd.mpi_built()), "gloo": bool(hvd.gloo_built())}
+            "tensorflow": True, "mpi": bool(hvd.mpi_built()), "gloo": bool(hvd.gloo_built()),
+            "nccl": bool(hvd.nccl_built())}
 
 
 def _mpi4py_build() -> dict:
