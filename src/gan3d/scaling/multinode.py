@@ -16,7 +16,7 @@ import numpy as np
 from .. import console
 from ..parallel import netns
 from . import perfmodel
-from .network import link_check
+from .network import calibrated, link_check
 
 __all__ = ["step_study", "step_table", "projection", "projection_table"]
 
@@ -44,10 +44,7 @@ def step_study(cfg, profiles: Sequence[str] = ("native", "10gbe", "1gbe"), worke
         rows.append({"profile": prof, "link": link, "workers": workers,
                      "batch_per_worker": pt["batch_per_worker"], "step_s": pt["step_time_s"],
                      "step_times_s": pt["step_times_s"], "showers_per_s": pt["showers_per_s"]})
-    o, endpoint = 0.0, None
-    if calibration and str(workers) in calibration:
-        o = calibration[str(workers)]["overhead_s"]
-        endpoint = calibration[str(workers)]["endpoint_Bps"]
+    o, endpoint = calibrated(calibration, workers)
 
     def comm(link: dict) -> float:
         model = perfmodel.Link(link["bandwidth_Bps"], link["latency_s"])

@@ -35,7 +35,7 @@ from ..parallel import netns
 from . import perfmodel
 
 __all__ = ["SIZES", "link_check", "allreduce_times", "study", "model_table", "gradient_times",
-           "fusion_study", "fusion_table"]
+           "fusion_study", "fusion_table", "calibrated"]
 
 log = console.get_logger(__name__)
 SIZES = tuple(4 * 4**k for k in range(3, 13))  # 256 B .. 64 MiB
@@ -205,10 +205,7 @@ def fusion_study(profiles: Sequence[str] = ("native", "10gbe", "1gbe"), ranks: i
         with netns.Network(ranks, prof) as net:
             link = link_check(net)
             on, off = gradient_times(net, True, repeats), gradient_times(net, False, repeats)
-        o, endpoint = 0.0, None
-        if calibration and str(ranks) in calibration:
-            o = calibration[str(ranks)]["overhead_s"]
-            endpoint = calibration[str(ranks)]["endpoint_Bps"]
+        o, endpoint = calibrated(calibration, ranks)
         model = perfmodel.Link(link["bandwidth_Bps"], link["latency_s"])
         for name in ("D", "G"):
             k = on[name]["tensors"]
@@ -219,6 +216,13 @@ def fusion_study(profiles: Sequence[str] = ("native", "10gbe", "1gbe"), ranks: i
                          "model_fused_s": perfmodel.allreduce_time(on[name]["bytes"], ranks,
                                                                    model, o, endpoint=endpoint)})
     return {"ranks": ranks, "repeats": repeats, "rows": rows}
+
+
+def calibrated(calibration: dict | None, ranks: int) -> tuple[float, float | None]:
+    """Horovod's per-call overhead (s) and the endpoint rate (bytes/s) of :func:`study`'s
+    calibration for ``ranks``; (0, None) where it has none."""
+    cal = (calibration or {}).get(str(ranks))
+    return (cal["overhead_s"], cal["endpoint_Bps"]) if cal else (0.0, None)
 
 
 def fusion_table(result: dict) -> str:
