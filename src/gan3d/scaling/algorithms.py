@@ -30,7 +30,8 @@ Rabenseifner                  ``2 K alpha + 2 (q-1)/q n beta + (q-1)/q n gamma +
 
 ``q = 2^K`` is the largest power of two not above ``p``; when ``p`` is not one, the ``p - q``
 extra ranks first fold their data into partners and get the result back at the end:
-``F = 2 alpha + 2 n beta + n gamma`` (0 when ``p`` is a power of two).
+``F = 2 alpha + 2 n beta + n gamma`` (0 when ``p`` is a power of two; whole messages, as MPICH
+folds for recursive doubling: an upper bound for implementations that fold halves).
 
 Horovod over MPI against Horovod over Gloo, on the 3DGAN's gradients, is :func:`horovod_transports`.
 """
