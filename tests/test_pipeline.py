@@ -163,7 +163,7 @@ def test_running_one_notebook_keeps_the_other_rows_of_the_index(project):
 
 
 def test_index_names_the_training_budget_of_the_generators_a_figure_shows(tmp_path):
-    """Showers of a generator trained on 576 showers and of one trained on 12,800 read very
+    """Showers of a generator trained on 576 showers and of one trained on 40,000 read very
     differently: the index says which budget each figure of notebooks 02 and 04 shows."""
     import json
 

@@ -3,7 +3,7 @@
 Each row: the figure, the paper's figure or section it reproduces (or that it extends the
 paper), the notebook and parameters that made it, the generators it draws with the showers each
 was trained on (a figure of a generator trained on 576 showers reads differently from one of a
-generator trained on 12,800), the date and the hash of the code that made it.
+generator trained on 40,000), the date and the hash of the code that made it.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def training_budgets(step_name: str, results: Path) -> str:
 
     Notebooks 02 and 04 draw showers of the quick-trained generators next to the shipped
     reference generator; their figures are read very differently after 576 showers of training
-    than after 12,800, so the index says which budget each figure shows. Empty for the others.
+    than after 40,000, so the index says which budget each figure shows. Empty for the others.
     """
     if step_name not in ("training", "validation"):
         return ""
