@@ -10,8 +10,13 @@ PY := .venv/bin/python
 
 .PHONY: env browser figures test test-fast lab bench doctor clean
 
+# make env GPU=1: the GPU variant in .venv-gpu (needs a CUDA 12 toolkit: tools/bootstrap_gpu.sh)
 env:
+ifeq ($(GPU),1)
+	@bash tools/bootstrap_gpu.sh
+else
 	@bash tools/bootstrap.sh
+endif
 
 figures: env
 	$(PY) -m gan3d reproduce --profile $(PROFILE) $(ARGS)

@@ -3,7 +3,9 @@
 Measures, in one run so that the ratios share the machine's state:
 
 * GAN inference (``predict_on_batch``, compiled) at several batch sizes in float32 and in
-  bfloat16 (Keras ``mixed_bfloat16``), medians of repeats after a warm-up call;
+  bfloat16 (Keras ``mixed_bfloat16``, where the CPU has it), through the generator's own layers
+  and through the folded network that ``gan3d simulate`` runs (:mod:`gan3d.gan.inference`),
+  medians of interleaved repeats after a warm-up call;
 * the synthetic generator (``gan3d.data.showers.generate``, NumPy) on the same machine;
 * the ceiling: a 2048 x 2048 matrix product in float32 and bfloat16 with the same threads, so
   that each GAN speed is also given as achieved GFLOP/s and as a fraction of that ceiling
@@ -47,7 +49,8 @@ def matmul_ceiling(dtype: str, n: int = 2048, repeats: int = 5) -> float:
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 32])
-    p.add_argument("--precisions", nargs="+", default=["float32", "bfloat16"])
+    p.add_argument("--precisions", nargs="+",
+                   help="default: float32, and bfloat16 where the CPU has bfloat16 arithmetic")
     p.add_argument("--min-showers", type=int, default=64, help="showers per timed repeat ...")
     p.add_argument("--max-seconds", type=float, default=2.0, help="... or seconds, if sooner")
     p.add_argument("--repeats", type=int, default=5)
@@ -60,22 +63,31 @@ def main(argv=None) -> dict:
     from gan3d.gan import model
     from gan3d.validation.speed import inference_speed
 
+    from gan3d.gan.inference import folded_flops
+
     generator = model.build_generator()
-    flops = model.forward_flops(generator)
+    flops = {"GAN": model.forward_flops(generator), "GAN, folded": folded_flops(generator)}
     speed = inference_speed(generator, args.batch_sizes, args.precisions, args.min_showers,
                             args.max_seconds, args.repeats, progress=True)
-    ceilings = {p: matmul_ceiling(p) for p in args.precisions}
+    precisions = sorted({r["precision"] for r in speed["rows"] if r["source"] in flops})
+    ceilings = {p: matmul_ceiling(p) for p in precisions}
     for row in speed["rows"]:
-        if row["source"] == "GAN":
-            row["gflops"] = row["showers_per_s"] * flops / 1e9
+        if row["source"] in flops:  # FLOPs each network executes
+            row["gflops"] = row["showers_per_s"] * flops[row["source"]] / 1e9
             row["fraction_of_ceiling"] = row["gflops"] / ceilings[row["precision"]]
-    fp32 = {r["batch_size"]: r["showers_per_s"] for r in speed["rows"]
-            if r["source"] == "GAN" and r["precision"] == "float32"}
-    ratios = {f"{r['precision']}/float32 b={r['batch_size']}": r["showers_per_s"] / fp32[r["batch_size"]]
-              for r in speed["rows"] if r["source"] == "GAN" and r["batch_size"] in fp32
-              and r["precision"] != "float32"}
-    speed.update({"generator_forward_flops": flops, "matmul_gflops": ceilings, "ratios": ratios,
-                  "threads": {"intra_op": threads[0], "inter_op": threads[1]},
+    own = {(r["precision"], r["batch_size"]): r["showers_per_s"] for r in speed["rows"]
+           if r["source"] == "GAN"}
+    ratios = {}
+    for r in speed["rows"]:
+        key = (r["precision"], r["batch_size"])
+        if r["source"] == "GAN, folded":
+            ratios[f"folded/own {r['precision']} b={r['batch_size']}"] = r["showers_per_s"] / own[key]
+        elif r["source"] == "GAN" and r["precision"] != "float32" and ("float32", key[1]) in own:
+            ratios[f"{r['precision']}/float32 b={r['batch_size']}"] = \
+                r["showers_per_s"] / own[("float32", key[1])]
+    speed.update({"generator_forward_flops": flops["GAN"],
+                  "folded_forward_flops": flops["GAN, folded"], "matmul_gflops": ceilings,
+                  "ratios": ratios, "threads": {"intra_op": threads[0], "inter_op": threads[1]},
                   "settings": vars(args)})
     _print(speed)
     write_json(resolve_path(args.out), speed)
@@ -84,7 +96,8 @@ def main(argv=None) -> dict:
 
 
 def _print(speed: dict) -> None:
-    print(f"generator forward pass: {speed['generator_forward_flops'] / 1e9:.3f} GFLOP per shower; "
+    print(f"generator forward pass: {speed['generator_forward_flops'] / 1e9:.3f} GFLOP per shower "
+          f"({speed['folded_forward_flops'] / 1e9:.3f} folded); "
           f"threads {speed['threads']}; matmul ceiling (GFLOP/s): "
           + ", ".join(f"{k} {v:.0f}" for k, v in speed["matmul_gflops"].items()))
     print(f"{'source':<22} {'precision':<9} {'batch':>5} {'showers/s':>10} {'GFLOP/s':>8} {'of ceiling':>10}")

@@ -32,6 +32,13 @@ within one run::
 
     python bench/bench_training.py                     # writes results/bench/training.json
     python bench/bench_training.py --batch 16 --steps 8 --precisions float32
+
+``--batches 8 16 32 64`` measures the scaling efficiency against the per-rank batch instead: 1
+rank x 1 thread, 2 ranks x 1 thread and the independent pair at every batch, all interleaved
+within each repeat (batch by batch, configuration by configuration), medians of the per-repeat
+ratios; writes ``results/bench/training_batches.json``::
+
+    python bench/bench_training.py --batches 8 16 32 64 --steps 3 --repeats 3
 """
 
 from __future__ import annotations
@@ -184,6 +191,54 @@ def summarise(runs: list[dict]) -> dict:
     return out
 
 
+BATCH_CONFIGS = ((1, 1), (2, 1), ("pair", 1))
+
+
+def run_batches(opts) -> dict:
+    """Scaling efficiency against the per-rank batch (``opts.batches``), one precision each."""
+    out = {}
+    done = {(p, b, c): [] for p in opts.precisions for b in opts.batches for c in BATCH_CONFIGS}
+    for rep in range(opts.repeats):
+        for prec, batch, (ranks, threads) in done:
+            print(f"[bench_training] repeat {rep + 1}/{opts.repeats} {prec} batch {batch}: "
+                  f"{_key({'ranks': ranks, 'threads': threads})} ...", flush=True)
+            one = argparse.Namespace(**{**vars(opts), "batch": batch})
+            done[(prec, batch, (ranks, threads))].append(run_config(ranks, threads, prec, one))
+    for prec in opts.precisions:
+        rows = []
+        for batch in opts.batches:
+            one, two, pair = (median_runs(done[(prec, batch, c)]) for c in BATCH_CONFIGS)
+            rows.append({"batch_per_rank": batch,
+                         "showers_per_s": {"1x1": one["showers_per_s"],
+                                           "2x1": two["showers_per_s"],
+                                           "2x(1x1)": pair["showers_per_s"]},
+                         "scaling_efficiency": _ratio(two, one, 2.0),
+                         "scaling_efficiency_per_repeat": [
+                             a["showers_per_s"] / (2 * b["showers_per_s"])
+                             for a, b in zip(two["repeats"], one["repeats"])],
+                         "contention": _ratio(pair, one, 2.0),
+                         "parallel_efficiency": _ratio(two, pair),
+                         "fraction_of_peak_2x1": two["gflop_per_s"] / two["peak_gflop_s"],
+                         "runs": [one, two, pair]})
+        out[prec] = rows
+    return out
+
+
+def batches_table(result: dict) -> str:
+    lines = [f"{'precision':9s} {'batch':>5s} {'1x1 sh/s':>9s} {'2x1 sh/s':>9s} "
+             f"{'pair sh/s':>9s} {'efficiency':>10s} {'(per repeat)':>22s} {'contention':>10s} "
+             f"{'parallel':>8s} {'of peak':>7s}"]
+    for prec, rows in result.items():
+        for r in rows:
+            s = r["showers_per_s"]
+            each = " ".join(f"{e:.0%}" for e in r["scaling_efficiency_per_repeat"])
+            lines.append(f"{prec:9s} {r['batch_per_rank']:5d} {s['1x1']:9.2f} {s['2x1']:9.2f} "
+                         f"{s['2x(1x1)']:9.2f} {r['scaling_efficiency']:10.1%} {each:>22s} "
+                         f"{r['contention']:10.1%} {r['parallel_efficiency']:8.1%} "
+                         f"{r['fraction_of_peak_2x1']:7.1%}")
+    return "\n".join(lines)
+
+
 def _key(run: dict) -> str:
     return "2x(1x1)" if run["ranks"] == "pair" else f"{run['ranks']}x{run['threads']}"
 
@@ -211,6 +266,8 @@ def table(runs: list[dict], summary: dict) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--batch", type=int, default=8, help="per-rank batch (default 8, as quick)")
+    p.add_argument("--batches", type=int, nargs="+",
+                   help="efficiency against these per-rank batches instead (see above)")
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--repeats", type=int, default=3, help="interleaved launches per variant")
@@ -237,6 +294,17 @@ def main(argv=None) -> int:
         if not bf16:
             notes["bfloat16"] = probe_bf16(opts)
             print(f"[bench_training] bfloat16 skipped: {notes['bfloat16']['why']}", flush=True)
+    if opts.batches:
+        result = run_batches(opts)
+        print(batches_table(result))
+        out = write_json(resolve_path(opts.output.replace("training.json", "training_batches.json")),
+                         {"benchmark": "training_batches", "step_gflop_per_shower": step_flops() / 1e9,
+                          "settings": {"batches": opts.batches, "steps": opts.steps,
+                                       "warmup": opts.warmup, "repeats": opts.repeats},
+                          "cpu_has_bf16": bf16, "notes": notes, "precisions": result,
+                          "provenance": provenance()})
+        print(f"[bench_training] wrote {out}")
+        return 0
     runs = run_all(opts)
     summary = summarise(runs)
     print(table(runs, summary))

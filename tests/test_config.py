@@ -51,6 +51,18 @@ def test_unknown_profile():
         resolve("huge")
 
 
+def test_a_key_given_twice_is_a_named_error_and_no_profile_has_one():
+    from gan3d.config import PROFILES, load_yaml
+
+    with pytest.raises(ConfigError, match=r"'monitor_showers' is given twice \(lines 2 and 3\)"):
+        load_yaml("study:\n  monitor_showers: 16\n  monitor_showers: 8\n", "quick.yaml")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_yaml("a: [1\n", "x.yaml")
+    assert load_yaml("a: {b: 1, c: [1, 2]}\n") == {"a": {"b": 1, "c": [1, 2]}}
+    for name in PROFILES:  # every shipped profile parses with the strict loader
+        resolve(name)
+
+
 def test_parse_overrides_reads_yaml_values():
     assert parse_overrides(["train.epochs=3", "scale.workers=[1, 2]", "data.path=/x y"]) == {
         "train.epochs": 3, "scale.workers": [1, 2], "data.path": "/x y"}

@@ -90,3 +90,79 @@ def test_doctor_says_what_a_gpu_node_lacks():
     built = dict(gpu_node, **{"tensorflow build": {"cuda": "12.5.1", "cudnn": "9"}},
                  horovod=dict(info["horovod"], nccl=True))
     assert doctor._problems(built) == problems
+
+
+def test_doctor_names_each_missing_or_old_dependency_with_its_fix(monkeypatch):
+    """gan3d installed with --no-deps into another environment: doctor lists each declared
+    dependency that is missing or too old, with the pip command that adds it."""
+    from importlib import metadata
+
+    from gan3d import doctor
+
+    real = metadata.version
+
+    def version(name):
+        if name == "papermill":
+            raise metadata.PackageNotFoundError(name)
+        return "1.0" if name == "scipy" else real(name)
+
+    monkeypatch.setattr(metadata, "version", version)
+    deps = doctor._requirements()
+    assert deps["papermill"].startswith("MISSING") and "TOO OLD" in deps["scipy"]
+    assert deps["numpy"] == real("numpy")
+    info = {"environment": "other (/opt/site)", "dependencies": deps, "horovod": {"mpi": True,
+            "gloo": True}, "gpus": [], "tensorflow build": {}, "mpi4py": {}, "mpirun": {},
+            "libmpi loaded": ["x"], "jupyter kernel 'gan3d'": {"matches": True},
+            **{n: "1" for n in ("tensorflow", "keras", "ipyparallel", "papermill", "h5py")}}
+    found = doctor._problems(info)
+    assert "papermill is missing; pip install 'papermill>=2.5'" in found
+    assert "scipy is 1.0; pip install 'scipy>=1.11'" in found
+    info["horovod"] = {"error": "No module named 'horovod'"}
+    assert any("site's Horovod module" in p for p in doctor._problems(info))
+
+
+@pytest.mark.slow
+def test_an_environment_without_the_dependencies_gets_a_named_list_not_a_traceback(tmp_path):
+    """`pip install -e . --no-deps` into a bare environment (no network needed): the command
+    starts, names what it lacks and exits 2."""
+    import subprocess
+    import sys as _sys
+
+    root = Path(__file__).resolve().parents[1]
+    venv = tmp_path / "bare"
+    subprocess.run([_sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    # The build tools (setuptools, wheel) come from this environment, for the build step only.
+    site = [p for p in _sys.path if p.endswith("site-packages")]
+    pip = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet",
+                          "--no-deps", "--no-build-isolation", "--no-index", "-e", str(root)],
+                         capture_output=True, text=True, timeout=600,
+                         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(site)})
+    assert pip.returncode == 0, pip.stderr[-2000:]
+    out = subprocess.run([str(venv / "bin" / "gan3d"), "doctor"], capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path)
+    assert out.returncode == 2
+    assert "cannot start: numpy, pyyaml, tqdm, psutil not installed" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("nvcc_release, expected", [
+    (None, "no CUDA 12 compiler"),  # PyPI's CUDA 12 nvcc wheels carry ptxas only
+    ("13.5", "is CUDA 13.5; TensorFlow 2.18.1 is built for CUDA 12.5"),
+])
+def test_the_gpu_environment_names_the_toolkit_it_needs(tmp_path, nvcc_release, expected):
+    """`make env GPU=1` stops before building anything when the CUDA 12 compiler is missing or of
+    another CUDA, saying which toolkit to provide."""
+    import subprocess
+
+    env = {"PATH": "/usr/bin:/bin", "GAN3D_VENV": str(tmp_path / "venv")}
+    if nvcc_release:
+        nvcc = tmp_path / "cuda" / "bin" / "nvcc"
+        nvcc.parent.mkdir(parents=True)
+        nvcc.write_text(f"#!/bin/sh\necho 'Cuda compilation tools, release {nvcc_release}, V{nvcc_release}.1'\n")
+        nvcc.chmod(0o755)
+        env["CUDA_HOME"] = str(tmp_path / "cuda")
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run(["bash", str(root / "tools" / "bootstrap_gpu.sh")], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1 and expected in out.stderr
+    assert not (tmp_path / "venv").exists()  # nothing half-built

@@ -91,9 +91,11 @@ def _open(browser, lab, name):
     page.goto(f"{url}/lab/workspaces/{workspace}/tree/{name}?reset&token={token}")
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
     kernel = page.locator(".jp-NotebookPanel:visible .jp-Toolbar-kernelName")
-    kernel.wait_for(timeout=60_000)
+    # generous: the first visit of a cold server also starts its first kernel, which on a loaded
+    # machine can take longer than the minute this waited before (the first case once failed so)
+    kernel.wait_for(timeout=180_000)
     page.wait_for_function("[...document.querySelectorAll('.jp-Toolbar-kernelName')]"
-                           ".some(e => e.innerText.includes('gan3d'))", timeout=60_000)
+                           ".some(e => e.innerText.includes('gan3d'))", timeout=180_000)
     for button in page.get_by_role("button", name="No").all():  # the news question, if asked
         button.click()
     return page, kernel.inner_text().strip()

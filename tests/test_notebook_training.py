@@ -13,7 +13,9 @@ from gan3d.gan.history import HISTORY_FIELDS, read_history
 from conftest import NOTEBOOKS
 
 FIGURES = ("training_loss_curves.png", "training_epoch_times.png", "training_showers.png",
-           "training_learning_curve.png", "training_showers_reference.png")
+           "training_learning_curve.png", "training_showers_reference.png",
+           "training_convergence_curves.png", "training_convergence_verdicts.png",
+           "training_sync_frequency.png", "training_lr_rules.png")
 
 
 def test_notebook_02_is_committed_without_outputs_and_parameterised():
@@ -28,6 +30,12 @@ def test_notebook_02_is_committed_without_outputs_and_parameterised():
     assert nb.metadata["kernelspec"]["name"] == "gan3d"
 
 
+def _has_jax() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("jax") is not None
+
+
 @pytest.mark.slow
 @pytest.mark.mpi
 @pytest.mark.notebook
@@ -37,7 +45,7 @@ def test_notebook_02_trains_one_and_two_workers(run_notebook, tmp_path):
             "data.test_fraction": 0.25, "train.batch_size": 2, "train.steps_per_epoch": 2,
             "train.eval_fraction": 0.5, "train.timing_warmup_epochs": 1}
     run_notebook("02_distributed_training.ipynb", profile="quick", overrides=tiny, workers=2,
-                 epochs=2, energies=[100.0], figures_dir=str(figs), results_dir=str(res))
+                 jax_workers=2 if _has_jax() else 0, epochs=2, energies=[100.0], figures_dir=str(figs), results_dir=str(res))
     for name in FIGURES:
         assert (figs / name).stat().st_size > 10_000, name
     summary = json.loads((res / "training_summary.json").read_text())
@@ -57,7 +65,28 @@ def test_notebook_02_trains_one_and_two_workers(run_notebook, tmp_path):
         run = summary["runs"][str(workers)]
         assert run["showers_per_s"] == rows[-1]["showers_per_s"]
         assert run["threads"] == rows[-1]["threads"]
+    if _has_jax():  # section 2b: the same training on the JAX backend, on 2 MPI engines
+        jax = summary["jax"]
+        rows = read_history(res / "train_2w_jax")
+        assert jax["workers"] == 2 and [r["epoch"] for r in rows] == [1, 2]
+        assert all(r["workers"] == 2 for r in rows) and jax["showers_per_s"] > 0
+        saved = json.loads((res / "train_2w_jax" / "config.json").read_text())
+        assert saved["config"]["train"]["backend"] == "jax"
+        assert (res / "train_2w_jax" / "generator.keras").is_file()
     assert summary["reference_showers"] == {"source": "synthetic", "energies_gev": [100.0]}
+    # Section 5: the quick profile's tiny convergence study ran (4 real trainings), and the
+    # committed results of the full study are shown, with their freshness.
+    conv = summary["convergence"]
+    assert conv["this_profile"]["runs"] == ["1w-s0", "2w-linear-k2-s0", "2w-linear-s0", "2w-none-s0"]
+    tiny = json.loads((res / "convergence.json").read_text())
+    assert all(r["showers"] == 32 for r in tiny["runs"].values())
+    study = conv["study"]
+    assert study["file"] == "studies/convergence.json" and study["planned"] == 36
+    assert study["done"] >= 9 and isinstance(study["stale"], list)  # stale runs are shown as such
+    verdicts = {(v["candidate"], v["monitor"]): v for v in study["verdicts"]}
+    eq = verdicts[("2w-linear", "profile_distance")]
+    assert eq["n"] == [3, 3] and eq["verdict"] in ("equivalent", "different", "inconclusive")
+    assert [r["k"] for r in study["communication"]] == [1, 4, 16, 64]
     # the shipped reference generator, labelled with its training budget
     ref = summary["reference_generator"]
     assert ref["label"] == f"reference generator ({ref['showers_seen']:,} showers of training)"

@@ -9,13 +9,14 @@ import numpy as np
 import pytest
 
 from gan3d import plots
+from gan3d.plots import convergence as cplots
 from gan3d.plots import data as dplots
 from gan3d.plots import network as nplots
 from gan3d.plots import scaling as splots
 from gan3d.plots import training as tplots
 from gan3d.plots import validation as vplots
 
-MODULES = (dplots, tplots, splots, nplots, vplots)
+MODULES = (dplots, tplots, splots, nplots, vplots, cplots)
 
 
 def _public_plot_functions():

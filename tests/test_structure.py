@@ -105,12 +105,14 @@ LAYERS = {
     "gan": {"data", "parallel"},
     "validation": {"data", "gan"},
     "scaling": {"data", "parallel", "gan"},
-    "plots": {"data", "scaling", "validation"},
+    "plots": {"data", "scaling", "validation", "convergence"},
+    "convergence": {"data", "parallel", "gan", "scaling", "validation"},
 }
 # Deliberate exceptions, with the reason.
 ALLOWED = {
     # A launcher of training on ipyparallel engines: it runs gan.training on the engines.
     ("gan3d.parallel.cluster", "gan3d.gan.training"),
+    ("gan3d.parallel.cluster", "gan3d.gan.jax_training"),
     # Training reports the physics monitors of its generator every epoch (pure NumPy, no gan).
     ("gan3d.gan.training", "gan3d.validation.monitors"),
     # The shipped reference generator carries its monitors (measured again when exported).

@@ -31,6 +31,10 @@ def test_learning_rate_scaling_and_warmup():
     assert training.learning_rate(warm, 4, 0.0) == pytest.approx(1e-3)
     assert training.learning_rate(warm, 4, 1.0) == pytest.approx(2.5e-3)
     assert training.learning_rate(warm, 4, 5.0) == pytest.approx(4e-3)
+    sqrt = cfg.replace(**{"train.lr_rule": "sqrt"})
+    assert training.learning_rate(sqrt, 4, 0.0) == pytest.approx(2e-3)  # lr x sqrt(workers)
+    assert training.learning_rate(sqrt.replace(**{"train.lr_warmup_epochs": 2}), 4, 1.0) == \
+        pytest.approx(1.5e-3)
 
 
 def test_paper_loss_weights_are_one_override_away():
@@ -56,7 +60,10 @@ def test_train_outputs_then_nan_keeps_the_last_good_checkpoint(tmp_path, monkeyp
     n_fields = len(HISTORY_FIELDS)
     assert all(tuple(r)[:n_fields] == HISTORY_FIELDS for r in rows)
     # the physics monitors: 4 energies x (7 numbers + profile distance + 2 separation powers)
-    assert all(len(r) - n_fields == 2 + 4 * 10 and 0 <= r["mon_targets_met"] <= 20 for r in rows)
+    assert all(sum(k.startswith("mon_") for k in r) == 2 + 4 * 10 and
+               0 <= r["mon_targets_met"] <= 20 for r in rows)
+    # and local SGD's columns: at k = 1 the gradients are all-reduced, no model syncs
+    assert all((r["sync_every"], r["syncs"], r["time_sync_s"]) == (1, 0, 0.0) for r in rows)
     assert all(np.isfinite(r["mon_max_layer_100"]) and r["time_monitor_s"] > 0 for r in rows)
     assert [r["showers_seen"] for r in rows] == [4, 8]
     assert [r["timed"] for r in rows] == [False, True]  # the quick profile's 1 warm-up epoch
@@ -82,9 +89,9 @@ def test_train_outputs_then_nan_keeps_the_last_good_checkpoint(tmp_path, monkeyp
     calls = {"n": 0}
     real_step = step.GanStep.train_step
 
-    def poisoned(self, batch, draws=None, *, training=True):
+    def poisoned(self, batch, draws=None, **kwargs):
         calls["n"] += 1
-        losses = real_step(self, batch, draws, training=training)
+        losses = real_step(self, batch, draws, **kwargs)
         return losses * np.nan if calls["n"] == 2 else losses
 
     monkeypatch.setattr(step.GanStep, "train_step", poisoned)

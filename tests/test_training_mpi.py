@@ -48,8 +48,10 @@ def runs(tmp_path_factory) -> Path:
     full = _tiny(out, **{"train.epochs": 2, "train.output": str(out / "full")})
     part = _tiny(out, **{"train.epochs": 1, "train.output": str(out / "part"),
                          "train.eval_mode": "serial"})
-    _launch(2, out, [["equal2", "equal", [HALF]], ["sync", "sync", []],
-                     ["train", "train", [[[full, False], [part, False]]]]])
+    local = _tiny(out, **{"train.epochs": 2, "train.steps_per_epoch": 3, "train.sync_every": 2,
+                          "train.eval_mode": "none", "train.output": str(out / "localsgd")})
+    _launch(2, out, [["equal2", "equal", [HALF]], ["sync", "sync", []], ["local", "local", []],
+                     ["train", "train", [[[full, False], [part, False], [local, False]]]]])
     _launch(2, out, [["resumed", "train", [[[dict(part, **{"train.epochs": 2}), True]]]]])
     plan = json.dumps([["equal1", "equal", [HALF]]])
     subprocess.run([sys.executable, str(SCRIPT), str(out), plan], check=True,
@@ -72,6 +74,24 @@ def test_weights_are_bit_identical_on_all_ranks_after_steps(runs):
     assert r0["bn_before_sync"] != r1["bn_before_sync"]
     assert r0["all_after_sync"] == r1["all_after_sync"]
     assert r0["losses"] == r1["losses"]  # the step's losses are averaged over ranks
+
+
+def test_local_sgd_steps_alone_then_averages_every_state_variable(runs):
+    r0, r1 = _ranks(runs / "local")
+    assert r0["losses"] != r1["losses"]  # local steps: each rank's own losses, no all-reduce
+    differ = sum(a != b for a, b in zip(r0["before"], r1["before"]))
+    assert differ > 50  # weights, BN statistics and RMSprop states drifted apart
+    assert r0["after"] == r1["after"] and r0["all_after"] == r1["all_after"]
+    mean = (np.asarray(r0["sums_before"]) + np.asarray(r1["sums_before"])) / 2
+    np.testing.assert_allclose(r0["sums_after"], mean, rtol=1e-4, atol=1e-4)
+    params = 73_402 + 872_808  # trainable: D, G
+    assert 8 * params <= r0["bytes"] < 1.01 * 8 * params  # weights + mean squares (+ BN), float32
+    # A 2-epoch training with k = 2 and 3 steps per epoch: syncs after steps 2 and 4, and the
+    # final one after step 6 (the end of the run).
+    rows = [json.loads(s) for s in (runs / "localsgd" / "history.jsonl").read_text().splitlines()]
+    assert [(r["sync_every"], r["syncs"]) for r in rows] == [(2, 1), (2, 2)]
+    assert all(r["time_sync_s"] > 0 for r in rows)
+    assert all(np.isfinite(r["d_loss"]) for r in rows)
 
 
 def _rel(a, b) -> float:

@@ -172,12 +172,15 @@ def test_distortion_check_flags_each_distortion():
 def test_inference_speed_rows_and_geant4_estimate():
     speed = inference_speed(batch_sizes=(2,), min_showers=2, repeats=1,
                             precisions=("float32", "bfloat16"))
-    gan = [r for r in speed["rows"] if r["source"] == "GAN"]
-    assert [(r["precision"], r["batch_size"]) for r in gan] == [("float32", 2), ("bfloat16", 2)]
+    gan = [r for r in speed["rows"] if r["source"].startswith("GAN")]
+    assert [(r["source"], r["precision"], r["batch_size"]) for r in gan] == [
+        ("GAN", "float32", 2), ("GAN, folded", "float32", 2),
+        ("GAN", "bfloat16", 2), ("GAN, folded", "bfloat16", 2)]
     assert all(r["showers_per_s"] > 0 for r in speed["rows"])
     est = speed["published"][0]
     assert est["gan_float32_over_geant4"] == pytest.approx(67000 / 1.73)
-    assert est["showers_per_s"] == pytest.approx(gan[0]["showers_per_s"] / (67000 / 1.73))
+    fastest = max(r["showers_per_s"] for r in gan if r["precision"] == "float32")
+    assert est["showers_per_s"] == pytest.approx(fastest / (67000 / 1.73))
     assert "doi:10.5220/0010245002510258" in est["source"]
     assert "| GAN | bfloat16 | 2 |" in speed_table(speed)
 

@@ -37,7 +37,8 @@ __all__ = ["main", "build_parser", "lab_command"]
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", default="quick", choices=PROFILES,
-                   help="named settings: quick (2-core laptop) or paper (the paper's, for clusters)")
+                   help="named settings: quick (2-core laptop), paper (the paper's, for clusters) "
+                        "or study (quick with the full convergence study)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override one setting, e.g. --set train.epochs=5 (repeatable)")
 
@@ -58,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     _train_parser(sub)
     _scale_parser(sub)
     _validate_parser(sub)
+    _study_parser(sub)
     _simulate_parser(sub)
     rep = sub.add_parser("reproduce", help="run every notebook and regenerate every figure")
     _add_config_args(rep)
@@ -93,6 +95,8 @@ def _train_parser(sub) -> None:
     train.add_argument("--epochs", type=int, help="train.epochs")
     train.add_argument("--output", help="train.output folder")
     train.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
+    train.add_argument("--backend", choices=("horovod", "jax"),
+                       help="train.backend: horovod (TensorFlow + Horovod) or jax (Keras on JAX)")
 
 
 def _scale_parser(sub) -> None:
@@ -131,6 +135,36 @@ def _simulate_parser(sub) -> None:
                      help="auto: bfloat16 where the CPU has bfloat16 arithmetic, else float32")
 
 
+def _study_parser(sub) -> None:
+    st = sub.add_parser("study", help="the convergence study: N workers against one over seeds, "
+                        "local SGD, learning-rate rules (resumable; --profile study: the full one)")
+    _add_config_args(st)
+    st.add_argument("--block", choices=("eq", "sync", "lr"), help="only the runs of one block")
+    st.add_argument("--max-runs", type=int, help="stop after this many runs (continue later)")
+    st.add_argument("--restart", action="store_true", help="forget the results file's runs first")
+    st.add_argument("--status", action="store_true", help="say how far the study is; run nothing")
+
+
+def _cmd_study(args: argparse.Namespace) -> int:
+    from .convergence import study
+
+    cfg = _config(args)
+    if not args.status:
+        study.run_study(cfg, only=args.block, max_runs=args.max_runs, restart=args.restart)
+    state = study.status(cfg)
+    print(f"{cfg.study.output}: {state['done']} of {state['planned']} runs done"
+          + (f", {len(state['stale'])} stale" if state["stale"] else "")
+          + (f"; missing: {', '.join(state['missing'])}" if state["missing"] else ""))
+    verdicts = study.load(cfg.study.output).get("verdicts", [])
+    counts: dict = {}
+    for v in verdicts:
+        counts.setdefault(f"{v['candidate']} vs {v['reference']}", {}).setdefault(v["verdict"], 0)
+        counts[f"{v['candidate']} vs {v['reference']}"][v["verdict"]] += 1
+    for pair, by in counts.items():
+        print(f"  {pair}: " + ", ".join(f"{n} {k}" for k, n in sorted(by.items())))
+    return 0
+
+
 def _cmd_simulate(args: argparse.Namespace) -> int:
     from .gan.simulate import simulate  # imports TensorFlow
 
@@ -141,12 +175,23 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
 def _cmd_train(args: argparse.Namespace) -> int:
     cfg = _config(args, **{"train.workers": args.workers, "train.epochs": args.epochs,
-                           "train.output": args.output})
+                           "train.output": args.output, "train.backend": args.backend})
+    jax = cfg.train.backend == "jax"
     if cfg.train.workers > 1 and not in_mpi_job():
         argv = [sys.executable, "-m", "gan3d", *sys.argv[1:]]
-        launch(cfg.train.workers, argv)
+        if jax:  # process 0 hosts jax.distributed's coordinator on a port free now
+            from .parallel.jaxdist import COORDINATOR_ENV, free_coordinator
+
+            extra = ["-x", f"{COORDINATOR_ENV}={free_coordinator()}", "-x", "KERAS_BACKEND=jax"]
+            launch(cfg.train.workers, argv, extra=extra)
+        else:
+            launch(cfg.train.workers, argv)
         return 0
-    from .gan.training import train  # imports TensorFlow: only in the processes that train
+    if jax:
+        os.environ.setdefault("KERAS_BACKEND", "jax")  # before keras is first imported
+        from .gan.jax_training import train
+    else:
+        from .gan.training import train  # imports TensorFlow: only in the processes that train
 
     if in_mpi_job():  # one rank of a job: any error ends the whole job at once
         guard(train, cfg, resume=args.resume)
@@ -233,7 +278,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"doctor": _cmd_doctor, "data": _cmd_data, "train": _cmd_train, "scale": _cmd_scale,
-            "validate": _cmd_validate,
+            "validate": _cmd_validate, "study": _cmd_study,
             "simulate": _cmd_simulate, "reproduce": _cmd_reproduce, "lab": _cmd_lab}
 
 

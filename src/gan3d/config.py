@@ -14,6 +14,7 @@ with a :class:`~gan3d.exceptions.ConfigError` naming the key and what is allowed
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from dataclasses import dataclass, field
 from importlib import resources
@@ -39,7 +40,7 @@ __all__ = [
     "resolved_precision",
 ]
 
-PROFILES = ("quick", "paper")
+PROFILES = ("quick", "paper", "study")
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,11 @@ class TrainConfig:
     learning_rate: float = 1e-3
     rho: float = 0.9
     scale_lr: bool = True  # learning rate x number of workers (Horovod practice)
-    lr_warmup_epochs: int = 0  # ramp from lr to lr x workers over these epochs
+    lr_rule: Literal["linear", "sqrt"] = "linear"  # with scale_lr: lr x N or lr x sqrt(N)
+    lr_warmup_epochs: int = 0  # ramp from lr to the scaled lr over these epochs
+    # Local SGD: each worker takes this many steps alone, then weights and RMSprop state are
+    # averaged over workers; 1 is the paper's gradient all-reduce before every update.
+    sync_every: int = 1
     loss_weights: tuple[float, float, float] = (2.0, 0.1, 0.1)
     label_flip: float = 0.05
     eval_mode: Literal["serial", "distributed", "none"] = "distributed"
@@ -82,6 +87,8 @@ class TrainConfig:
     seed: int = 7
     output: str = "results/train"
     workers: int = 1
+    # horovod: TensorFlow + Horovod, the paper's stack; jax: Keras 3 on JAX, jax.distributed
+    backend: Literal["horovod", "jax"] = "horovod"
 
 
 @dataclass(frozen=True)
@@ -108,6 +115,24 @@ class ValidationConfig:
 
 
 @dataclass(frozen=True)
+class StudyConfig:
+    """The convergence study (:mod:`gan3d.convergence`): N workers against one, local SGD, and
+    learning-rate rules, each configuration trained from ``seeds`` seeds on the same number of
+    showers. The ``study`` profile runs the full one; the quick profile a tiny one."""
+
+    seeds: int = 3
+    showers: int = 1024  # training showers per run, all workers together
+    batch_size: int = 8  # per worker
+    sync_every: tuple[int, ...] = (1, 4, 16, 64)  # local SGD: steps between model averages
+    lr_workers: tuple[int, ...] = (2, 4)  # worker counts of the learning-rate rules
+    points: int = 4  # monitor evaluations per run (one per epoch)
+    monitor_showers: int = 64
+    data_showers: int = 2000
+    output: str = "studies/convergence.json"  # the results (committed for the study profile)
+    workdir: str = "results/convergence"  # the runs' folders
+
+
+@dataclass(frozen=True)
 class PipelineConfig:
     """The figure pipeline: where executed notebooks, results and figures go."""
 
@@ -126,6 +151,7 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     scale: ScaleConfig = field(default_factory=ScaleConfig)
     validation: ValidationConfig = field(default_factory=ValidationConfig)
+    study: StudyConfig = field(default_factory=StudyConfig)
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
 
     def replace(self, **overrides: Any) -> "Config":
@@ -240,11 +266,15 @@ def _check(cfg: Config) -> None:
         (t.monitor_showers >= 0, "train.monitor_showers must be >= 0 (0 = no physics monitors)"),
         (t.timing_warmup_epochs >= 0, "train.timing_warmup_epochs must be >= 0"),
         (t.lr_warmup_epochs >= 0, "train.lr_warmup_epochs must be >= 0"),
+        (t.sync_every >= 1, "train.sync_every must be at least 1 (1 = all-reduce every step)"),
         (t.workers >= 1, "train.workers must be at least 1"),
         (all(w >= 1 for w in s.workers) and s.workers, "scale.workers must be positive counts"),
         (s.steps >= 1 and s.warmup_steps >= 0 and s.repeats >= 1, "scale.steps/repeats >= 1"),
         (v.n_showers >= 10, "validation.n_showers must be at least 10"),
         (v.bin_halfwidth > 0, "validation.bin_halfwidth must be positive"),
+        (cfg.study.seeds >= 1 and cfg.study.points >= 1, "study.seeds and study.points >= 1"),
+        (all(k >= 1 for k in cfg.study.sync_every) and all(n >= 2 for n in cfg.study.lr_workers),
+         "study.sync_every needs counts >= 1 and study.lr_workers counts >= 2"),
     ]
     for ok, message in rules:
         if not ok:
@@ -259,8 +289,39 @@ def _load_profile(name: str) -> dict[str, Any]:
     if name not in PROFILES:
         raise ConfigError(f"unknown profile {name!r}; choose one of {', '.join(PROFILES)}")
     text = resources.files("gan3d").joinpath("profiles", f"{name}.yaml").read_text()
-    data = yaml.safe_load(text) or {}
-    return flatten(data)
+    data = load_yaml(text, f"profile {name!r}") or {}
+    base = data.pop("base", None)  # a profile may start from another one
+    return {**(_load_profile(base) if base else {}), **flatten(data)}
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """A YAML loader that refuses a key given twice in one mapping (YAML keeps the last one
+    silently, so the first would look set and do nothing)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict[Any, Any] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, (str, int, float, bool, type(None))):
+                continue  # an unhashable key: the base class names that error
+            if key in seen:
+                raise ConfigError(f"{self._where}: key {key!r} is given twice (lines "
+                                  f"{seen[key] + 1} and {key_node.start_mark.line + 1}); "
+                                  f"keep one")
+            seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_yaml(text: str, where: str = "YAML") -> Any:
+    """Parse YAML text, refusing duplicate keys with a :class:`ConfigError` naming ``where``."""
+    loader = _StrictLoader(text)
+    loader._where = where
+    try:
+        return loader.get_single_data()
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{where} is not valid YAML: {exc}") from None
+    finally:
+        loader.dispose()
 
 
 def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -287,6 +348,14 @@ def parse_overrides(items: list[str] | None) -> dict[str, Any]:
         except yaml.YAMLError as exc:
             raise ConfigError(f"override {item!r}: value is not valid YAML ({exc})") from None
     return out
+
+
+def lr_factor(train: TrainConfig, workers: int) -> float:
+    """How much the learning rate grows with ``workers``: N (linear), sqrt(N), or 1 without
+    ``train.scale_lr``."""
+    if not train.scale_lr:
+        return 1.0
+    return float(workers) if train.lr_rule == "linear" else math.sqrt(workers)
 
 
 def resolved_precision(cfg: Config, gpu: tuple[int, int] | None = None) -> Config:

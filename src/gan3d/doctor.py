@@ -90,6 +90,50 @@ def _gpus() -> list[str]:
     return out
 
 
+def _requirements() -> dict:
+    """Each dependency gan3d declares (pyproject.toml): installed version, or what is wrong."""
+    from importlib import metadata
+
+    try:
+        declared = metadata.requires("gan3d") or []
+    except metadata.PackageNotFoundError:
+        return {"error": "gan3d is not installed (pip install -e . in the checkout)"}
+    out = {}
+    for req in declared:
+        if ";" in req:  # an extra (cpu, gpu, test): optional
+            continue
+        name, _, minimum = req.partition(">=")
+        name = name.strip()
+        try:
+            have = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = f"MISSING (needs >= {minimum})"
+            continue
+        out[name] = have if _at_least(have, minimum) else f"{have} (TOO OLD: needs >= {minimum})"
+    return out
+
+
+def _at_least(have: str, minimum: str) -> bool:
+    def key(v: str) -> tuple:
+        return tuple(int(p) if p.isdigit() else 0 for p in v.split("+")[0].split(".")[:3])
+    return not minimum or key(have) >= key(minimum)
+
+
+def _in_project_env() -> bool:
+    """Whether this Python is the checkout's own environment (.venv), built by bootstrap.sh."""
+    return Path(sys.prefix).resolve() == (Path(__file__).resolve().parents[2] / ".venv").resolve()
+
+
+def _jax() -> str | None:
+    """jax and jaxlib versions (not imported: that would start a backend), None without them."""
+    from importlib import metadata
+
+    try:
+        return f"{metadata.version('jax')} (jaxlib {metadata.version('jaxlib')})"
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def _memory_gib() -> float | None:
     return psutil.virtual_memory().total / 2**30
 
@@ -106,12 +150,15 @@ def collect() -> tuple[dict, list[str]]:
         "gpus": _gpus(),
         "keras": _version("keras"),
         "horovod": built["horovod"],
+        "jax (train.backend jax)": _jax(),
         "mpi4py": built["mpi4py"],
         "mpirun": _mpirun(),
         "ipyparallel": _version("ipyparallel"),
         "papermill": _version("papermill"),
         "jupyterlab": _version("jupyterlab"),
         "h5py": _version("h5py"),
+        "dependencies": _requirements(),
+        "environment": "the checkout's .venv" if _in_project_env() else f"other ({sys.prefix})",
         "jupyter kernel 'gan3d'": _kernel(),
         "cores": runtime.cpu_count(),
         "cpu bfloat16": runtime.cpu_has_bf16(),
@@ -127,12 +174,37 @@ def _problems(info: dict) -> list[str]:
     problems = []
     if sys.version_info[:2] != (3, 11):
         problems.append(f"Python {platform.python_version()}: gan3d is pinned to 3.11; {FIX_ENV}")
+    own = info.get("environment", "").startswith("the checkout")
+    fix = FIX_ENV if own else "install it into this environment"
+    deps = info.get("dependencies", {})
+    if "error" in deps:
+        problems.append(deps["error"])
+    for name, state in deps.items():
+        if name != "error" and ("MISSING" in state or "TOO OLD" in state):
+            need = state.split("needs ")[-1].rstrip(")")
+            problems.append(f"{name} is {state.split(' (')[0].lower()}; "
+                            + (FIX_ENV if own else f"pip install '{name}{need.replace(' ', '')}'"))
+    reported = {n for n, st in deps.items() if "MISSING" in str(st)}
     for name in ("tensorflow", "keras", "ipyparallel", "papermill", "h5py"):
-        if info[name] is None:
-            problems.append(f"{name} is not importable; {FIX_ENV}")
+        if info[name] is None and name not in reported:
+            what = "tensorflow-cpu==2.18.1 (or tensorflow[and-cuda]==2.18.1 on GPUs)" \
+                if name == "tensorflow" else name
+            problems.append(f"{name} is not importable; "
+                            + (FIX_ENV if own else f"pip install {what}"))
+    if info.get("jax (train.backend jax)", "absent") is None:
+        problems.append("jax/jaxlib are not installed: train.backend jax cannot run (horovod "
+                        "can); " + (FIX_ENV if own else "pip install 'gan3d[jax]' or "
+                                    "pip install jax==0.4.38 jaxlib==0.4.38"))
     hvd = info["horovod"]
     if "error" in hvd:
-        problems.append(f"Horovod is not importable ({hvd['error']}); {FIX_ENV}")
+        gpu_tf = bool(info["tensorflow build"].get("cuda"))
+        problems.append(f"Horovod is not importable ({hvd['error']}); " + (FIX_ENV if own else
+                        "load the site's Horovod module, or build it against this TensorFlow and "
+                        "MPI: " + ("with NCCL for GPU all-reduces, as tools/bootstrap_gpu.sh does "
+                                   "(HOROVOD_GPU_OPERATIONS=NCCL, a CUDA 12 nvcc)" if gpu_tf else
+                                   "HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MPI=1 pip install "
+                                   "--no-build-isolation horovod==0.28.1 (as tools/bootstrap.sh "
+                                   "does)")))
     elif missing := [k for k in ("mpi", "gloo") if not hvd[k]]:
         problems.append(f"Horovod was built without {', '.join(missing).upper()}; {FIX_ENV}")
     gpus = [g for g in info["gpus"] if g.startswith("GPU ")]
@@ -153,7 +225,8 @@ def _problems(info: dict) -> list[str]:
     kern = info["jupyter kernel 'gan3d'"]
     if "error" in kern:
         problems.append("the Jupyter kernel 'gan3d' is not registered; run `python -m ipykernel "
-                        "install --sys-prefix --name gan3d` in the environment, or " + FIX_ENV)
+                        "install --sys-prefix --name gan3d` in the environment"
+                        + (", or " + FIX_ENV if own else ""))
     elif not kern["matches"]:
         problems.append(f"the kernel 'gan3d' runs {kern['python']}, not this environment's "
                         f"Python; {FIX_ENV}")

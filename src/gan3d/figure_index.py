@@ -39,6 +39,13 @@ FIGURE_MAP = (
      "extends - physics monitors of the shipped reference generator against the showers it saw"),
     ("training_showers_reference",
      "extends - the shipped reference generator's showers (training budget in the panel titles)"),
+    ("training_convergence",
+     "Sect. 6 - the paper's claim with error bars: 1 vs N workers over seeds, equivalence tests "
+     "(committed study, 1,024 showers per run)"),
+    ("training_sync_frequency",
+     "extends - local SGD: model averaging every k steps, communication saved against "
+     "convergence (committed study)"),
+    ("training_lr_rules", "extends - learning-rate rules for larger global batches (committed study)"),
     ("training_", "Sect. 6 - convergence of 1 vs N workers (text claim, no figure in the paper)"),
     ("data_", "extends - the training data (no figure in the paper)"),
     ("validation_", "extends - physics validation as in 3DGAN's own papers"),
@@ -108,7 +115,8 @@ def shown(value: Any) -> Any:
 
 def shows_generators(name: str) -> bool:
     """Whether a figure draws what trained generators made (their budget then matters)."""
-    return (name.startswith(("training_", "validation_"))
+    study = ("training_convergence", "training_sync_frequency", "training_lr_rules")
+    return (name.startswith(("training_", "validation_")) and not name.startswith(study)
             and name not in ("training_epoch_times.png", "validation_speed.png"))
 
 

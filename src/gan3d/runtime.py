@@ -37,6 +37,7 @@ __all__ = [
     "mpirun_command",
     "apply_process_defaults",
     "configure_tensorflow_threads",
+    "intra_op_threads",
 ]
 
 # Defaults that a user's own environment variables may override.
@@ -161,10 +162,16 @@ def configure_tensorflow_threads(intra: int | None = None) -> tuple[int, int]:
         tf.config.threading.set_inter_op_parallelism_threads(1)
     except RuntimeError:
         pass  # TensorFlow already initialised: keep its settings
-    return (
-        tf.config.threading.get_intra_op_parallelism_threads(),
-        tf.config.threading.get_inter_op_parallelism_threads(),
-    )
+    return intra_op_threads(), tf.config.threading.get_inter_op_parallelism_threads()
+
+
+def intra_op_threads() -> int:
+    """TensorFlow's intra-op threads in use: the configured count, or where TensorFlow started
+    before anything set it (0, "its default"), the cores this process may run on, which is what
+    TensorFlow then uses."""
+    import tensorflow as tf
+
+    return tf.config.threading.get_intra_op_parallelism_threads() or cpu_count()
 
 
 def mpi_environment(base: dict[str, str] | None = None) -> dict[str, str]:

@@ -10,6 +10,9 @@ Modes:
   training steps on different data per rank; writes SHA-256 digests of the initial weights, of
   every trainable weight and optimiser variable after the steps, and of all model variables after the
   BatchNorm statistics were averaged, plus the per-rank seeds and losses.
+* ``local``: local SGD - k steps without communication on different data per rank, then
+  ``average_state``; writes digests before and after, the losses, and the sum of every state
+  variable before and after the averaging.
 * ``equal`` (args: HALF): the data-parallel equality check on a fixed global batch of 2 x HALF
   showers with fixed per-sample noise; a rank of a world of size n takes its 1/n of it. Writes
   averaged gradients and the weight update of one full step, in inference mode (exact equality
@@ -70,6 +73,25 @@ def sync(out: str, steps: int = 2, b: int = 2) -> None:
                              "initial": initial,
                              "losses": losses, "trained": trained, "optimiser": optimiser,
                              "bn_before_sync": bn_before, "all_after_sync": _digest(step.state_variables())})
+
+
+def local(out: str, steps: int = 2, b: int = 2) -> None:
+    from gan3d.parallel import distributed
+
+    world = distributed.init()
+    step = _step()
+    step.broadcast_state()
+    step.reseed(5, world.rank, 0)
+    rng = np.random.default_rng([12, world.rank])
+    losses = [np.asarray(step.train_step(_random_batch(rng, b), local=True)).tolist()
+              for _ in range(steps)]
+    state = [v for v in step.state_variables() if "float" in str(v.dtype)]
+    before, sums_before = _digest(state), [float(np.sum(v.numpy(), dtype=np.float64)) for v in state]
+    nbytes = step.average_state()
+    _write(out, world.rank, {"losses": losses, "before": before, "after": _digest(state),
+                             "sums_before": sums_before, "bytes": nbytes,
+                             "sums_after": [float(np.sum(v.numpy(), dtype=np.float64)) for v in state],
+                             "all_after": _digest(step.state_variables())})
 
 
 def _global_batch(half: int) -> tuple[dict, dict]:
@@ -134,7 +156,7 @@ def main() -> None:
     from gan3d.parallel.launch import guard
 
     out, plan = sys.argv[1], json.loads(sys.argv[2])
-    modes = {"sync": sync, "equal": equal, "train": train}
+    modes = {"sync": sync, "local": local, "equal": equal, "train": train}
     for name, mode, args in plan:
         folder = os.path.join(out, name)
         os.makedirs(folder, exist_ok=True)

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ..config import Config, flatten, to_dict
+from ..config import Config, flatten, lr_factor, to_dict
 from ..exceptions import CheckpointError
 from ..io import atomic_path, ensure_dir, provenance
 
@@ -36,8 +36,9 @@ _NAME = re.compile(r"^epoch-(\d{4,})\.npz$")
 TRAJECTORY_KEYS = (
     "data.source", "data.n_showers", "data.n_files", "data.energy_min", "data.energy_max",
     "data.seed", "data.test_fraction", "train.batch_size", "train.learning_rate", "train.rho",
-    "train.scale_lr", "train.lr_warmup_epochs", "train.loss_weights", "train.label_flip",
-    "train.precision", "train.steps_per_epoch", "train.seed",
+    "train.scale_lr", "train.lr_rule", "train.lr_warmup_epochs", "train.sync_every",
+    "train.loss_weights", "train.label_flip", "train.precision", "train.steps_per_epoch",
+    "train.seed",
 )
 
 
@@ -129,7 +130,9 @@ def check_compatible(meta: dict, cfg: Config, path: str | Path, workers: int | N
     """Refuse to resume under settings that would change the trajectory (epochs may grow),
     including another number of ``workers``: with it the learning rate (x workers) and every
     rank's shard of the data would change silently."""
-    old, new = flatten(meta["config"]), flatten(to_dict(cfg))
+    new = flatten(to_dict(cfg))
+    # Keys added since the checkpoint was written had their default then.
+    old = flatten(to_dict(Config())) | flatten(meta["config"])
     differ = [k for k in TRAJECTORY_KEYS if _norm(old.get(k)) != _norm(new.get(k))]
     was = int(meta.get("workers", workers or 1))
     if workers is not None and workers != was:
@@ -146,7 +149,7 @@ def check_compatible(meta: dict, cfg: Config, path: str | Path, workers: int | N
 
 
 def _lr(cfg: Config, workers: int) -> float:
-    return cfg.train.learning_rate * (workers if cfg.train.scale_lr else 1)
+    return cfg.train.learning_rate * lr_factor(cfg.train, workers)
 
 
 def _norm(value):

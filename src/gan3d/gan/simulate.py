@@ -8,7 +8,9 @@ package's readers, ``gan3d data check`` and the validation take them; the file's
 that a GAN made them (``origin = "gan"``: they are read whatever they look like) and which
 generator, with its training configuration, seed and precision. Inference runs in compiled
 batches of a fixed size (the last one padded, so nothing is traced twice), in bfloat16 where the
-CPU has bfloat16 arithmetic (``precision="auto"``), else float32.
+CPU has bfloat16 arithmetic (``precision="auto"``), else float32, through the generator with its
+upsampling folded into the convolutions (:mod:`gan3d.gan.inference`: the same showers to float
+rounding, ~2.5x fewer FLOPs).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from ..data.files import GAN_ORIGIN, ORIGIN_ATTR, shower_file
 from ..exceptions import ConfigError
 from ..io import provenance
 from . import reference
+from .inference import folded_generator
 from .model import build_generator, load_generator
 
 __all__ = ["parse_energies", "primary_energies", "simulate"]
@@ -70,11 +73,17 @@ def _generator_file(path) -> Path:
     return path / "generator.keras" if path.is_dir() else path
 
 
-def _network(path: Path, precision: str) -> keras.Model:
+def _network(path: Path, precision: str, fold: bool = True) -> keras.Model:
+    """The generator at ``path`` for inference: its upsampling folded into the convolutions
+    (:mod:`gan3d.gan.inference`, same showers, ~2.5x fewer FLOPs) unless ``fold`` is False, in
+    ``precision``."""
     net = reference.load() if path.parent == reference.FOLDER else load_generator(path)
-    if precision == "float32":
+    policy = None if precision == "float32" else "mixed_" + precision
+    if fold:
+        return folded_generator(net, dtype=policy)
+    if policy is None:
         return net
-    fast = build_generator(int(net.input_shape[-1]), dtype="mixed_" + precision)
+    fast = build_generator(int(net.input_shape[-1]), dtype=policy)
     fast.set_weights(net.get_weights())
     return fast
 
@@ -90,18 +99,20 @@ def _attributes(path: Path, spec: str, seed: int, precision: str) -> dict:
 
 
 def simulate(generator, n: int, output, *, energies: str = "10:500", batch: int = 64,
-             seed: int = 0, precision: str = "auto", progress: bool = True) -> dict:
+             seed: int = 0, precision: str = "auto", progress: bool = True,
+             fold: bool = True) -> dict:
     """Write ``n`` GAN showers for primary energies ``energies`` into ``output`` (atomically).
 
     ``generator``: a training output folder (its ``generator.keras``), a ``.keras`` file, or
     ``"reference"``: the reference generator shipped with the package (:mod:`gan3d.gan.reference`).
     Returns the path, the precision used, and the speed: ``showers_per_s`` over the batches after
-    the first (which traces and compiles) and ``seconds`` in all.
+    the first (which traces and compiles) and ``seconds`` in all. ``fold=False`` runs the
+    generator's own layers instead of the folded network (the same showers, slower).
     """
     if n < 1 or batch < 1:
         raise ConfigError(f"--n {n} and --batch {batch} must be at least 1")
     path, precision = _generator_file(generator), runtime.resolve_precision(precision)
-    net = _network(path, precision)
+    net = _network(path, precision, fold)
     latent_size = int(net.input_shape[-1])
     infer = tf.function(lambda z: net(z, training=False), reduce_retracing=True)
     e = primary_energies(energies, n, seed)

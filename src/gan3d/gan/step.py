@@ -25,6 +25,7 @@ how the tests control noise per sample rather than per rank.
 
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
 import keras
@@ -93,6 +94,8 @@ class GanStep:
         self.d_opt.build(self.d.trainable_variables)
         self.noise = keras.random.SeedGenerator(seed)
         self._train = tf.function(self._train_step, reduce_retracing=True)
+        self._train_local = tf.function(functools.partial(self._train_step, local=True),
+                                        reduce_retracing=True)
         self._eval = tf.function(self._eval_sums, reduce_retracing=True)
         self._grads = tf.function(self._gradients, reduce_retracing=True)
 
@@ -122,6 +125,17 @@ class GanStep:
             for v, mean in zip(stats, distributed.average([v.value for v in stats])):  # DISTRIBUTED
                 v.assign(mean)
 
+    def average_state(self) -> int:
+        """Local SGD's synchronisation: every floating-point state variable (weights, BatchNorm
+        statistics, RMSprop's mean squares) becomes its mean over ranks; step counters are equal
+        on every rank already. Returns the bytes each rank contributed."""
+        state = [v for v in self.state_variables() if "float" in str(v.dtype)]
+        if distributed.world().size > 1:
+            for v, mean in zip(state, distributed.average([v.value for v in state],  # DISTRIBUTED
+                                                          name="local_sgd_sync")):
+                v.assign(mean)
+        return sum(int(np.prod(v.shape)) * 4 for v in state)
+
     def reseed(self, seed: int, rank: int, epoch: int) -> None:
         """Set every seed state from (seed, rank, epoch): different per rank, exact on resume."""
         seeds = np.random.SeedSequence([seed, rank, epoch]).generate_state(len(self.seed_variables()))
@@ -145,15 +159,18 @@ class GanStep:
             "z_gen": keras.random.normal((2, b, n), seed=sg),
         }
 
-    def train_step(self, batch: dict, draws: dict | None = None, *, training: bool = True):
+    def train_step(self, batch: dict, draws: dict | None = None, *, training: bool = True,
+                   local: bool = False):
         """One full step on this rank's ``batch`` (image, energy, ecal_sum); mean losses over ranks.
 
         ``training=False`` runs BatchNorm on moving statistics and disables Dropout (the exact
-        equality test of data parallelism). Returns a float32 tensor of :data:`LOSS_NAMES`.
+        equality test of data parallelism). ``local=True`` is a step of local SGD: this rank's
+        gradients and losses only, no communication (:meth:`average_state` synchronises).
+        Returns a float32 tensor of :data:`LOSS_NAMES`.
         """
-        return self._train(batch, draws, training)
+        return (self._train_local if local else self._train)(batch, draws, training)
 
-    def _train_step(self, batch, draws, training):
+    def _train_step(self, batch, draws, training, local=False):
         image = keras.ops.cast(batch["image"], "float32")
         energy = keras.ops.cast(keras.ops.reshape(batch["energy"], (-1,)), "float32")
         ecal = keras.ops.cast(keras.ops.reshape(batch["ecal_sum"], (-1,)), "float32")
@@ -161,15 +178,18 @@ class GanStep:
             draws = self.draw(keras.ops.shape(image)[0])
         ones = keras.ops.ones_like(energy)
         # 1. D on real showers, 5 % of the labels flipped.
-        real = self._d_update(image, _flip(ones, draws["flip_real"]), energy, ecal, training)
+        real = self._d_update(image, _flip(ones, draws["flip_real"]), energy, ecal, training, local)
         # 2. D on fakes made by G in inference mode (the reference's generator.predict).
         e_f = keras.ops.cast(draws["e_fake"], "float32")
         fake = self.g(e_f[:, None] * draws["z_fake"], training=False)
         fake_l = self._d_update(fake, _flip(0.0 * ones, draws["flip_fake"]), e_f, ecal_target(e_f),
-                                training)
+                                training, local)
         # 3. G twice through D, which it tries to convince that its showers are real.
-        gen = [self._g_update(draws["z_gen"][i], draws["e_gen"][i], training) for i in range(2)]
+        gen = [self._g_update(draws["z_gen"][i], draws["e_gen"][i], training, local)
+               for i in range(2)]
         losses = keras.ops.concatenate([(real + fake_l) / 2.0, (gen[0] + gen[1]) / 2.0])
+        if local:
+            return losses
         return distributed.allreduce(losses, "mean", name="step_losses")  # DISTRIBUTED
 
     def _total(self, parts):
@@ -177,16 +197,18 @@ class GanStep:
         total = sum(w * m for w, m in zip(self.weights, means))
         return total, keras.ops.stack([total, *means])
 
-    def _d_grads(self, image, labels, energy, ecal, training):
+    def _d_grads(self, image, labels, energy, ecal, training, local=False):
         variables = self.d.trainable_variables
         with tf.GradientTape() as tape:
             total, losses = self._total(_parts(self.d(image, training=training), labels, energy, ecal))
             if self.loss_scale:
                 total = self.d_opt.scale_loss(total)
         grads = tape.gradient(total, variables)
+        if local:
+            return grads, losses
         return distributed.average(grads), losses  # DISTRIBUTED: ring all-reduce, mean over ranks
 
-    def _g_grads(self, z, e, training):
+    def _g_grads(self, z, e, training, local=False):
         e = keras.ops.cast(e, "float32")
         with tf.GradientTape() as tape:
             fake = self.g(e[:, None] * z, training=training)
@@ -195,15 +217,17 @@ class GanStep:
             if self.loss_scale:
                 total = self.g_opt.scale_loss(total)
         grads = tape.gradient(total, self.g.trainable_variables)
+        if local:
+            return grads, losses
         return distributed.average(grads), losses  # DISTRIBUTED: ring all-reduce, mean over ranks
 
-    def _d_update(self, image, labels, energy, ecal, training):
-        grads, losses = self._d_grads(image, labels, energy, ecal, training)
+    def _d_update(self, image, labels, energy, ecal, training, local):
+        grads, losses = self._d_grads(image, labels, energy, ecal, training, local)
         self.d_opt.apply(grads, self.d.trainable_variables)
         return losses
 
-    def _g_update(self, z, e, training):
-        grads, losses = self._g_grads(z, e, training)
+    def _g_update(self, z, e, training, local):
+        grads, losses = self._g_grads(z, e, training, local)
         self.g_opt.apply(grads, self.g.trainable_variables)
         return losses
 

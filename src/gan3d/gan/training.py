@@ -24,7 +24,8 @@ Outputs in ``resolve_path(cfg.train.output)`` (rank 0 writes; every file atomica
   the paper excluded), ``showers_per_s`` (training showers of all ranks / time_train_s),
   ``workers``, ``steps``, ``batch_size`` (per worker), ``precision``, ``threads`` (TensorFlow
   intra-op threads of each worker), ``showers_seen`` (training showers of all ranks since the
-  start), ``time_monitor_s``; ``time_epoch_s`` is
+  start), ``time_monitor_s``, and local SGD's ``sync_every``, ``syncs`` and ``time_sync_s``
+  (:mod:`gan3d.gan.local_sgd`; 0 syncs when k = 1); ``time_epoch_s`` is
   training plus evaluation (rank 0's bookkeeping, history and checkpoint writing, not included);
   then, with ``train.monitor_showers`` > 0, the physics monitors ``mon_*`` of rank 0's generator
   (:func:`gan3d.validation.monitors.history_row`: deviations from the reference showers at
@@ -47,7 +48,7 @@ import numpy as np
 import tensorflow as tf
 
 from .. import console
-from ..config import Config, resolved_precision, to_dict
+from ..config import Config, lr_factor, resolved_precision, to_dict
 from ..data import files, sharding
 from ..data.generate import generate_dataset
 from ..exceptions import CheckpointError, Gan3dError, NonFiniteLoss
@@ -56,6 +57,7 @@ from ..parallel import devices, distributed
 from ..paths import resolve_path
 from ..validation import monitors
 from . import checkpoints
+from .local_sgd import LocalSync
 from .history import HISTORY_FIELDS, Progress, TensorBoard, read_history, write_history
 from .history import LOSSES as _LOSSES
 from .model import (build_discriminator, build_generator, generate_showers, save_discriminator,
@@ -94,10 +96,11 @@ class TrainResult:
 
 
 def learning_rate(cfg: Config, workers: int, epoch: float) -> float:
-    """RMSprop learning rate at (fractional, 0-based) ``epoch``: lr x workers if scale_lr, reached
-    linearly from lr over ``lr_warmup_epochs`` when that is > 0."""
+    """RMSprop learning rate at (fractional, 0-based) ``epoch``: lr x workers (``lr_rule``
+    linear) or lr x sqrt(workers) (sqrt) if scale_lr, reached linearly from lr over
+    ``lr_warmup_epochs`` when that is > 0."""
     t = cfg.train
-    factor = workers if t.scale_lr else 1
+    factor = lr_factor(t, workers)
     ramp = 1.0 if t.lr_warmup_epochs == 0 else min(1.0, epoch / t.lr_warmup_epochs)
     return t.learning_rate * (1.0 + (factor - 1) * ramp)
 
@@ -243,6 +246,7 @@ class _Loop:
                                             seed=t.seed, max_batches=t.steps_per_epoch or None,
                                             theta_window=cfg.data.theta_window or None)
         self.steps = len(self.data)
+        self.sync = LocalSync(step, world, t.sync_every, str(out / "checkpoints"))
         self.test_files = test_files
         self.history = list(history)
         self.eval_noise = _EvalNoise(cfg, world, test_files) if t.eval_mode != "none" else None
@@ -266,6 +270,7 @@ class _Loop:
         row = self._row(epoch, lr, train_losses, test_losses, t1 - t0, t2 - t1)
         monitors = self._monitors()
         row["time_monitor_s"] = time.perf_counter() - t2
+        row.update(self.sync.take_stats())
         row.update(monitors)
         self.history.append(row)
         if self.world.is_root:
@@ -282,20 +287,24 @@ class _Loop:
             t_batch = time.perf_counter()  # the input pipeline's share ends here
             lr = learning_rate(self.cfg, self.world.size, epoch + i / self.steps)
             self.step.set_learning_rate(lr)
-            losses = np.asarray(self.step.train_step(batch), dtype=np.float64)
+            losses = np.asarray(self.step.train_step(batch, local=self.sync.active),
+                                dtype=np.float64)
             t_step = time.perf_counter()
             log.debug("epoch %d step %d: %.3f s waiting for the batch, %.3f s in the step",
                       epoch + 1, i + 1, t_batch - t_prev, t_step - t_batch)
             t_prev = t_step
-            if not np.isfinite(losses).all():
+            if not self.sync.active and not np.isfinite(losses).all():
                 bad = ", ".join(f"{n}={v}" for n, v in zip(_LOSSES, losses) if not math.isfinite(v))
                 raise NonFiniteLoss(
                     f"epoch {epoch + 1}, step {i + 1}: non-finite loss ({bad}); the last good "
                     f"checkpoint in {self.out / 'checkpoints'} is kept - lower "
                     f"train.learning_rate (now {lr:g}) or check the data")
             sums += losses
+            self.sync.after_step(epoch * self.steps + i + 1, losses)  # DISTRIBUTED every k steps
             if self.progress:
                 self.progress.step_done(epoch, i, losses)
+        sums = self.sync.epoch_end(sums, (epoch + 1) * self.steps,  # DISTRIBUTED (local SGD)
+                                   last=epoch == self.cfg.train.epochs - 1)
         return sums / self.steps, lr
 
     def _evaluate(self) -> np.ndarray | None:

@@ -6,6 +6,7 @@
         ranks = cluster.run(some_function, arg)      # runs on every rank; results in rank order
 
     result = train_on_engines(cfg, workers=2)        # rank 0's TrainResult as a dict
+                                                     # (train.backend horovod or jax)
 
     engines = start_engines(2)                       # a lesson: the cluster lives across cells,
     %%px                                             # which run on every engine with %%px,
@@ -244,17 +245,33 @@ def _shutdown(cluster, client, before: set[int], watchdog=None) -> None:
             p.kill()
 
 
-def _train_rank(cfg_dict: dict, resume: bool) -> dict:
-    """Runs on each engine: one rank of the training."""
-    from ..gan.training import train  # imports TensorFlow: only on the engines, not the kernel
+def _train_rank(cfg_dict: dict, resume: bool, coordinator: str | None = None) -> dict:
+    """Runs on each engine: one rank of the training, on the configured backend."""
+    cfg = from_dict(cfg_dict)
+    if cfg.train.backend == "jax":
+        from .jaxdist import COORDINATOR_ENV
 
-    return train(from_dict(cfg_dict), resume=resume).to_dict()
+        if coordinator:  # process 0's address, chosen by the kernel for this job
+            os.environ[COORDINATOR_ENV] = coordinator
+        from ..gan.jax_training import train  # sets KERAS_BACKEND=jax before keras is imported
+    else:
+        from ..gan.training import train  # imports TensorFlow: only on the engines, not the kernel
+    return train(cfg, resume=resume).to_dict()
 
 
 def train_on_engines(cfg, workers: int | None = None, *, resume: bool = False) -> dict:
-    """Train on ``workers`` MPI engines (default ``cfg.train.workers``); rank 0's result dict."""
+    """Train on ``workers`` MPI engines (default ``cfg.train.workers``); rank 0's result dict.
+
+    ``train.backend`` chooses Horovod or JAX; with JAX the engines of this fresh cluster join one
+    ``jax.distributed`` world whose coordinator is a free port on this machine.
+    """
     workers = workers or cfg.train.workers
     cfg = cfg.replace(**{"train.workers": workers})
+    coordinator = None
+    if cfg.train.backend == "jax":
+        from .jaxdist import free_coordinator
+
+        coordinator = free_coordinator()
     with mpi_engines(workers) as cluster:
-        results = cluster.run(_train_rank, to_dict(cfg), resume)
+        results = cluster.run(_train_rank, to_dict(cfg), resume, coordinator)
     return results[0]

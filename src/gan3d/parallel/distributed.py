@@ -32,7 +32,7 @@ from ..exceptions import EnvironmentProblem
 from . import devices
 
 __all__ = [
-    "World", "init", "world", "average", "allreduce", "broadcast", "broadcast_object",
+    "World", "init", "init_jax", "world", "average", "allreduce", "broadcast", "broadcast_object",
     "allgather", "barrier", "mpi_rank", "mpi_barrier", "mpi_allreduce_sum", "versions",
     "gloo_rendezvous", "gloo_stop", "gloo_environment",
 ]
@@ -53,12 +53,19 @@ class World:
 
 
 _WORLD: World | None = None
+_JAX = False  # train.backend jax: the collectives below route to gan3d.parallel.jaxdist
 
 
 def _hvd():
     import horovod.tensorflow as hvd  # DISTRIBUTED: the only place Horovod is imported
 
     return hvd
+
+
+def _jaxdist():
+    from . import jaxdist
+
+    return jaxdist
 
 
 def _mpi():
@@ -87,6 +94,19 @@ def init(*, threads: int | None = None) -> World:
     return _WORLD
 
 
+def init_jax(*, threads: int | None = None) -> World:
+    """Join the JAX backend's world instead of Horovod's (:mod:`gan3d.parallel.jaxdist`); the
+    collectives of this module then run there."""
+    global _WORLD, _JAX
+    from . import jaxdist
+
+    runtime.apply_process_defaults()
+    runtime.configure_tensorflow_threads(threads)  # the input pipeline's tf.data threads
+    _WORLD, _JAX = World(*jaxdist.init()), True  # DISTRIBUTED
+    console.set_rank(_WORLD.rank, _WORLD.size)
+    return _WORLD
+
+
 def world() -> World:
     """The current world (size 1 before :func:`init`)."""
     return _WORLD or World()
@@ -104,6 +124,8 @@ def allreduce(value: Any, op: str = "sum", name: str | None = None) -> Any:
     """Sum, mean, min or max of a tensor/number over all ranks."""
     if world().size == 1:
         return value
+    if _JAX:
+        return _jaxdist().allreduce(value, op)  # DISTRIBUTED
     hvd = _hvd()
     ops = {"sum": hvd.Sum, "mean": hvd.Average, "min": hvd.Min, "max": hvd.Max}
     return hvd.allreduce(value, op=ops[op], name=name)  # DISTRIBUTED
@@ -112,6 +134,11 @@ def allreduce(value: Any, op: str = "sum", name: str | None = None) -> Any:
 def broadcast(variables: Sequence[Any], root_rank: int = 0) -> None:
     """Overwrite Keras 3 / TF variables everywhere with ``root_rank``'s values."""
     if world().size == 1 or not variables:
+        return
+    if _JAX:
+        values = _jaxdist().broadcast_arrays([v.numpy() for v in variables])  # DISTRIBUTED
+        for v, value in zip(variables, values):
+            v.assign(value)
         return
     hvd = _hvd()
     # Keras 3 variables wrap a tf.Variable in `.value`; Horovod needs the TF variable itself.
@@ -123,6 +150,8 @@ def broadcast_object(obj: Any, root_rank: int = 0) -> Any:
     """Any picklable object from ``root_rank`` to all ranks."""
     if world().size == 1:
         return obj
+    if _JAX:
+        return _jaxdist().broadcast_object(obj)  # DISTRIBUTED
     return _hvd().broadcast_object(obj, root_rank=root_rank)  # DISTRIBUTED
 
 
@@ -134,7 +163,9 @@ def allgather(value: Any) -> Any:
 
 
 def barrier() -> None:
-    if world().size > 1:
+    if world().size > 1 and _JAX:
+        _jaxdist().barrier()  # DISTRIBUTED
+    elif world().size > 1:
         _hvd().join()  # DISTRIBUTED
 
 

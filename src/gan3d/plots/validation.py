@@ -332,12 +332,13 @@ def speed(table: dict, *, ax=None):
     """Showers per second (log scale) of GAN inference by precision and batch size, of the
     synthetic generator, and published Geant4 numbers where available. (``ax``: 1 Axes.)"""
     rows = table["rows"]
-    labels = [f"{r['source']} {r['precision']} b={r['batch_size']}" if r["source"] == "GAN"
-              else f"{r['source']} (NumPy)" for r in rows]
+    gan = [r["source"].startswith("GAN") for r in rows]
+    labels = [f"{r['source']} {r['precision']} b={r['batch_size']}" if g
+              else f"{r['source']} (NumPy)" for r, g in zip(rows, gan)]
     values = [r["showers_per_s"] for r in rows]
-    c32, c16, csyn = colours(3)
-    colors = [(c32 if r["precision"] == "float32" else c16) if r["source"] == "GAN" else csyn
-              for r in rows]
+    c32, c16, cfold, csyn = colours(4)
+    colors = [(cfold if "folded" in r["source"] else c32 if r["precision"] == "float32" else c16)
+              if g else csyn for r, g in zip(rows, gan)]
     for pub in table.get("published", []):
         if pub.get("showers_per_s"):
             labels.append(pub["label"])

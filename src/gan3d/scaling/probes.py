@@ -4,10 +4,11 @@
 JOB.json`` on N ranks with :func:`gan3d.parallel.launch.launch`; rank 0 writes the result to
 ``job["out"]``. A job is::
 
-    {"task": "steps" | "train" | "allreduce" | "roofline", "threads": int, "out": path, ...task fields}
+    {"task": "steps" | "train" | "trains" | "allreduce" | "roofline", "threads": int, "out": path, ...task fields}
 
 * ``steps``: :func:`measure_step_rate` (``steps`` timed after ``warmup``) on the job's ``config``;
 * ``train``: ``training.train(cfg)``, which writes ``history.jsonl`` in ``cfg.train.output``;
+* ``trains``: one ``train`` per entry of ``configs``, in order (the convergence study);
 * ``allreduce``: Horovod and plain-MPI all-reduce times over message ``sizes`` (bytes);
 * ``roofline``: :func:`gan3d.scaling.roofline.profile_step`, one rank, every layer's passes.
 
@@ -92,6 +93,12 @@ def _train(job: dict, world: distributed.World) -> dict:
     t0 = time.perf_counter()
     result = train(cfg)
     return {"wall_s": time.perf_counter() - t0, **result.to_dict()}
+
+
+def _trains(job: dict, world: distributed.World) -> dict:
+    """Several trainings one after the other in the same processes (each writes its own output
+    folder, so a job stopped midway keeps the runs it finished)."""
+    return {"runs": [_train({"config": c}, world) for c in job["configs"]]}
 
 
 def time_allreduce(sizes: list[int], repeats: int, warmup: int = 2) -> dict:
@@ -260,7 +267,7 @@ def measure_step_rate(cfg, steps: int = 5, warmup: int = 2, *, data: str = "rand
             "gflop_per_s": step_flops(step.g, step.d) * b / median / 1e9,
             "workers": world.size, "rank": world.rank, "batch_size": b,
             "precision": cfg.train.precision,
-            "threads": tf.config.threading.get_intra_op_parallelism_threads()}
+            "threads": runtime.intra_op_threads()}
 
 
 def _rate_batches(cfg, world, data: str):
@@ -301,7 +308,7 @@ def _roofline(job: dict, world: distributed.World) -> dict:
                                  progress=world.is_root)
 
 
-TASKS = {"steps": _steps, "train": _train, "allreduce": _allreduce, "roofline": _roofline}
+TASKS = {"steps": _steps, "train": _train, "trains": _trains, "allreduce": _allreduce, "roofline": _roofline}
 
 
 def scheduler_times() -> dict:

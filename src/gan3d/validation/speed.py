@@ -1,7 +1,10 @@
 """How fast the GAN simulates showers: inference on this machine, the synthetic generator, Geant4.
 
 :func:`inference_speed` measures GAN inference (showers per second at several batch sizes, in
-float32 and bfloat16) next to the synthetic generator; :data:`PUBLISHED_SPEED` holds published
+float32 and, where the CPU has bfloat16 arithmetic, bfloat16), through the generator's own layers
+("GAN") and through the same network with its upsampling folded into the convolutions ("GAN,
+folded": :mod:`gan3d.gan.inference`, what ``gan3d simulate`` runs), next to the synthetic
+generator; :data:`PUBLISHED_SPEED` holds published
 numbers for Geant4 on this calorimeter, with their source. ``bench/bench_inference.py`` runs it.
 """
 
@@ -56,36 +59,43 @@ def _time_calls(fn, n_calls: int) -> float:
 
 def _gan_rows(base, batch_sizes, precisions, min_showers: int, max_seconds: float,
               repeats: int, seed: int, progress: bool) -> list[dict]:
-    """Timed ``predict_on_batch`` per batch size; precisions interleaved repeat by repeat so
-    that their ratio is measured under the same machine state."""
+    """Timed ``predict_on_batch`` per batch size, of the generator's own layers and of the folded
+    network, per precision; all variants interleaved repeat by repeat so that their ratios are
+    measured under the same machine state."""
     from ..gan import model  # imports TensorFlow
+    from ..gan.inference import folded_generator
 
     nets = {}
     for p in precisions:
-        nets[p] = base if p == "float32" else model.build_generator(dtype="mixed_" + p)
-        if nets[p] is not base:
-            nets[p].set_weights(base.get_weights())
+        own = base if p == "float32" else model.build_generator(dtype="mixed_" + p)
+        if own is not base:
+            own.set_weights(base.get_weights())
+        nets[("GAN", p)] = own
+        nets[("GAN, folded", p)] = folded_generator(base, dtype=None if p == "float32"
+                                                    else "mixed_" + p)
     rows = []
     for b in batch_sizes:
         latent = model.latent_vectors(np.linspace(10, 500, b), seed)
-        calls, runs = {}, {p: [] for p in nets}
-        for p, net in nets.items():
+        calls, runs = {}, {k: [] for k in nets}
+        for k, net in nets.items():
             net.predict_on_batch(latent)  # warm-up: traces and compiles the predict function
             once = _time_calls(lambda net=net: net.predict_on_batch(latent), 1)
-            calls[p] = max(1, min(-(-min_showers // b), int(max_seconds / once)))
+            calls[k] = max(1, min(-(-min_showers // b), int(max_seconds / once)))
         for _ in range(repeats):
-            for p, net in nets.items():
-                t = _time_calls(lambda net=net: net.predict_on_batch(latent), calls[p])
-                runs[p].append(calls[p] * b / t)
-        for p in nets:
-            rows.append({"source": "GAN", "precision": p, "batch_size": b,
-                         "showers_per_s": float(np.median(runs[p])), "runs": runs[p]})
+            for k, net in nets.items():
+                t = _time_calls(lambda net=net: net.predict_on_batch(latent), calls[k])
+                runs[k].append(calls[k] * b / t)
+        for (source, p) in nets:
+            rows.append({"source": source, "precision": p, "batch_size": b,
+                         "showers_per_s": float(np.median(runs[(source, p)])),
+                         "runs": runs[(source, p)]})
             if progress:
-                log.info("GAN %-8s batch %4d: %8.2f showers/s", p, b, rows[-1]["showers_per_s"])
+                log.info("%-11s %-8s batch %4d: %8.2f showers/s", source, p, b,
+                         rows[-1]["showers_per_s"])
     return rows
 
 
-def inference_speed(generator=None, batch_sizes=(1, 8, 32), precisions=("float32", "bfloat16"),
+def inference_speed(generator=None, batch_sizes=(1, 8, 32), precisions=None,
                     min_showers: int = 64, max_seconds: float = 2.0, repeats: int = 3,
                     synthetic: bool = True, seed: int = 0, progress: bool = False) -> dict:
     """Showers per second of GAN inference and of the synthetic generator: medians of
@@ -94,9 +104,14 @@ def inference_speed(generator=None, batch_sizes=(1, 8, 32), precisions=("float32
 
     The GAN's speed does not depend on its weights: without ``generator`` an untrained one is
     timed. bfloat16 uses Keras' ``mixed_bfloat16`` policy with the same weights (fast only on
-    CPUs with bfloat16 instructions; elsewhere it is emulated).
+    CPUs with bfloat16 instructions; elsewhere it is emulated, ~28x slower, so ``precisions``
+    defaults to float32 alone there).
     """
+    from .. import runtime
     from ..gan import model  # imports TensorFlow
+
+    if precisions is None:
+        precisions = ("float32", "bfloat16") if runtime.cpu_has_bf16() else ("float32",)
 
     base = generator if generator is not None else model.build_generator()
     rows = _gan_rows(base, batch_sizes, precisions, min_showers, max_seconds, repeats, seed,
@@ -112,7 +127,8 @@ def inference_speed(generator=None, batch_sizes=(1, 8, 32), precisions=("float32
 def _geant4_estimate(rows: list[dict]) -> list[dict]:
     """Published ratios turned into an estimated Geant4 speed on this machine: the best float32
     GAN speed measured here divided by the published float32-3DGAN / Geant4 ratio."""
-    fp32 = [r["showers_per_s"] for r in rows if r["source"] == "GAN" and r["precision"] == "float32"]
+    fp32 = [r["showers_per_s"] for r in rows
+            if r["source"].startswith("GAN") and r["precision"] == "float32"]
     out = []
     for pub in PUBLISHED_SPEED:
         ratio = pub["gan_int8_over_geant4"] / pub["int8_over_float32"]  # float32 GAN / Geant4

@@ -1,0 +1,172 @@
+"""The convergence study: which runs, how each is launched, and the committed results file.
+
+Three blocks, every configuration trained from ``study.seeds`` seeds on the same number of showers
+(``study.showers``, all workers together), per-worker batch ``study.batch_size``, float32, the
+physics monitors evaluated ``study.points`` times per run (once per epoch):
+
+* ``eq`` - the paper's claim: 1 worker against 2 workers with the paper's lr x N (``linear``) and
+  with the plain lr (``none``);
+* ``sync`` - local SGD on 2 workers, model averaging every k steps for k in ``study.sync_every``
+  (k = 1 is ``eq``'s 2-worker linear run: the same configuration, trained once);
+* ``lr`` - learning-rate rules at ``study.lr_workers`` workers: ``linear`` (lr x N), ``sqrt``
+  (lr x sqrt N), ``warmup`` (linear, reached over the first epoch) and ``none``; the 2-worker
+  linear and none runs are ``eq``'s. Counts above the cores run oversubscribed (timing is not
+  what this study measures).
+
+Runs of one worker count and one seed round share one MPI launch (``probes`` task ``trains``);
+each run writes its own folder under ``study.workdir``, and after every launch the finished runs
+are summarised into ``study.output`` (atomically, with the verdicts and the communication table
+of the runs so far, :mod:`gan3d.convergence.analysis`): a stopped study loses at most the run it was
+in, and ``run_study`` continues where the file ends. The file records the code hash of the
+modules that determine a run's numbers (:func:`gan3d.convergence.plan.code_hash`); results of other code are *stale*.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import console, runtime
+from ..config import Config, to_dict
+from ..exceptions import Gan3dError
+from ..io import ensure_dir, provenance, read_json, write_json
+from ..parallel.launch import launch
+from ..paths import resolve_path
+from .plan import Run, code_hash, plan, run_config, summarise_history
+
+log = console.get_logger(__name__)
+
+__all__ = ["run_study", "load", "stale", "status"]
+
+def load(path: str | Path) -> dict:
+    """The results file (an empty study if it does not exist yet)."""
+    path = resolve_path(path)
+    return read_json(path) if path.is_file() else {"runs": {}}
+
+
+def stale(results: dict) -> list[str]:
+    """Ids of the runs made by other code than this checkout's (empty: all current)."""
+    now = code_hash()
+    return sorted(i for i, r in results.get("runs", {}).items() if r.get("code_hash") != now)
+
+
+def _harvest(cfg: Config, results: dict, runs: list[Run], seconds: float) -> list[str]:
+    """Add every finished run of ``runs`` (its history has all epochs, its generator exists)."""
+    from ..gan.history import read_history
+
+    done = []
+    for run in runs:
+        folder = resolve_path(cfg.study.workdir) / run.id
+        hist = folder / "history.jsonl"
+        if not hist.is_file() or not (folder / "generator.keras").is_file():
+            continue
+        rows = read_history(hist)
+        if len(rows) < cfg.study.points:
+            continue
+        results["runs"][run.id] = {
+            **dataclasses.asdict(run), "config_id": run.config_id, "code_hash": code_hash(),
+            "batch_size": cfg.study.batch_size, "showers": rows[-1]["showers_seen"],
+            "lr": run_config(cfg, run).train.learning_rate, "launch_s": seconds,
+            "rows": summarise_history(rows)}
+        done.append(run.id)
+    return done
+
+
+def run_study(cfg: Config, *, only: str | None = None, max_runs: int | None = None,
+              restart: bool = False, timeout: float = 6 * 3600) -> dict:
+    """Run every missing run of :func:`plan` (``only``: one block), ``max_runs`` at most; write
+    ``study.output`` after each launch. ``restart`` forgets earlier results first. Returns the
+    results (also with the communication measurement of :mod:`gan3d.convergence.analysis`)."""
+    from ..data.generate import generate_dataset
+    from . import analysis
+
+    out = resolve_path(cfg.study.output)
+    results = {"runs": {}} if restart else load(out)
+    old = stale(results)
+    if old:
+        raise Gan3dError(f"{out} holds {len(old)} run(s) made by other code ({', '.join(old[:3])}"
+                         f"...); rerun them with restart=True (gan3d study --restart) or keep them")
+    todo = [r for r in plan(cfg) if r.id not in results["runs"] and (only is None or r.block == only)]
+    todo = todo[:max_runs] if max_runs is not None else todo
+    results.update(study=to_dict(cfg)["study"], code_hash=code_hash(),
+                   provenance=provenance({"profile": cfg.profile}))
+    generate_dataset(run_config(cfg, Run("eq", 1, "linear", 1, 0)).data)
+    for group in _launches(todo):
+        t0 = time.monotonic()
+        try:
+            _launch_group(cfg, group, timeout)
+        finally:  # whatever finished is kept, even when a later run of the launch failed
+            done = _harvest(cfg, results, group, time.monotonic() - t0)
+            log.info("study: %d run(s) finished (%s); %d of %d in %s", len(done), ", ".join(done),
+                     len(results["runs"]), len(plan(cfg)), out)
+            _save(out, results)
+    if any(r.workers == 2 for r in plan(cfg)) and "communication" not in results:
+        results["communication"] = analysis.measure_communication(cfg)
+    _save(out, results)
+    return results
+
+
+def _save(out: Path, results: dict) -> None:
+    """Write the results file with the verdicts and the communication table of the runs so far
+    (derived: recomputed at every save; NaN - too few seeds - written as null)."""
+    from . import analysis
+
+    ks = sorted({r["sync_every"] for r in results["runs"].values()} | {1})
+    try:
+        results["verdicts"] = _finite(analysis.verdicts(results))
+        results["communication_table"] = _finite(analysis.communication_table(results, ks))
+    except Exception as exc:  # noqa: BLE001 - the runs are hours of work: write them regardless
+        log.warning("study: the verdicts could not be computed (%s: %s); the runs are saved "
+                    "without them", type(exc).__name__, exc)
+    write_json(ensure_dir(out.parent) / out.name, results)
+
+
+def _finite(value):
+    if isinstance(value, float):
+        return value if np.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _launches(runs: list[Run]) -> list[list[Run]]:
+    """Consecutive runs with the same worker count share a launch (at most 8 per launch)."""
+    groups: list[list[Run]] = []
+    for run in runs:
+        if groups and groups[-1][0].workers == run.workers and len(groups[-1]) < 8:
+            groups[-1].append(run)
+        else:
+            groups.append([run])
+    return groups
+
+
+def _launch_group(cfg: Config, group: list[Run], timeout: float) -> None:
+    workdir = ensure_dir(resolve_path(cfg.study.workdir))
+    for run in group:  # a run stopped midway starts again from scratch
+        shutil.rmtree(workdir / run.id, ignore_errors=True)
+    p = group[0].workers
+    threads = max(1, runtime.cpu_count() // p)
+    name = f"launch-{group[0].id}"
+    job = {"task": "trains", "threads": threads, "out": str(workdir / f"{name}.out.json"),
+           "configs": [to_dict(run_config(cfg, r)) for r in group]}
+    write_json(workdir / f"{name}.job.json", job)
+    log.info("study: %d worker(s) x %d thread(s): %s", p, threads, ", ".join(r.id for r in group))
+    launch(p, [sys.executable, "-m", "gan3d.scaling.probes", str(workdir / f"{name}.job.json")],
+           timeout=timeout, stream=False)
+
+
+def status(cfg: Config, results: dict | None = None) -> dict[str, Any]:
+    """How far the study is: runs done, missing, stale."""
+    results = results if results is not None else load(cfg.study.output)
+    ids = [r.id for r in plan(cfg)]
+    done = [i for i in ids if i in results.get("runs", {})]
+    return {"planned": len(ids), "done": len(done), "missing": [i for i in ids if i not in done],
+            "stale": stale(results)}

@@ -1,0 +1,179 @@
+"""Figures of the convergence study (notebook 02, :mod:`gan3d.convergence`): 1 worker against N
+with error bars over seeds, local SGD's synchronisation frequency, the learning-rate rules.
+
+``results`` is the study's results file (:func:`gan3d.convergence.study.load`), ``rows`` the
+comparisons of :func:`gan3d.convergence.analysis.verdicts`. Every function takes an optional
+``ax`` (see :mod:`gan3d.plots`) and returns the Figure.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from ..convergence import analysis
+from . import LABELS, colours, panels, styled
+
+__all__ = ["monitor_bands", "verdict_forest", "sync_frequency", "lr_rules"]
+
+NAMES = {
+    "profile_distance": "longitudinal-profile distance",
+    "sampling_fraction": "|sampling-fraction deviation|",
+    "ecal_sum_spread": "|ECAL-sum spread deviation|",
+    "max_layer": "|shower-max deviation| (layers)",
+    "transverse_width": "|transverse-width deviation|",
+    "mon_targets_met": "targets met (of 20)",
+    "d_loss": "discriminator loss",
+    "g_loss": "generator loss",
+}
+_VERDICT_COLOUR = {"equivalent": "tab:green", "different": "tab:red", "inconclusive": "0.55",
+                   "too few seeds": "0.8"}
+
+
+def label(config_id: str) -> str:
+    parts = config_id.split("-")
+    text = f"{parts[0][:-1]} worker{'s' if parts[0] != '1w' else ''}"
+    rules = {"linear": "lr x N", "none": "plain lr", "sqrt": "lr x sqrt N",
+             "warmup": "lr x N, warm-up"}
+    if len(parts) > 1:
+        text += f", {rules.get(parts[1], parts[1])}"
+    if len(parts) > 2:
+        text += f", local SGD k={parts[2][1:]}"
+    return text
+
+
+@styled
+def monitor_bands(results: dict, configs: Sequence[str],
+                  monitors: Sequence[str] = ("profile_distance", "sampling_fraction", "g_loss"),
+                  *, ax=None):
+    """Mean over seeds (line) and +- one standard deviation (band) of each monitor against the
+    showers seen, one colour per configuration (``ax``: 1 x len(monitors) Axes)."""
+    fig, axes = panels(ax, 1, len(monitors), width=4.2 * len(monitors), height=3.4)
+    axes = np.atleast_1d(axes)
+    for colour, cid in zip(colours(len(configs)), configs):
+        for a, name in zip(axes, monitors):
+            c = analysis.curves(results, cid, name)
+            if not c["n"]:
+                continue
+            x, m, s = np.asarray(c["showers"]), np.asarray(c["mean"]), np.asarray(c["sd"])
+            a.plot(x, m, "-o", ms=3, color=colour, label=f"{label(cid)} ({c['n']} seed{'s' if c['n'] != 1 else ''})")
+            a.fill_between(x, m - s, m + s, color=colour, alpha=0.2, lw=0)
+    for a, name in zip(axes, monitors):
+        a.set_xlabel("training showers seen (all workers)")
+        a.set_title(NAMES.get(name, name))
+        if name.endswith("loss"):
+            a.set_yscale("log")
+    axes[0].legend(fontsize="small")
+    fig.suptitle(f"{LABELS['measured']}: mean and seed-to-seed spread (band: +- 1 sd)",
+                 fontsize="medium")
+    return fig
+
+
+@styled
+def verdict_forest(rows: Sequence[dict], *, title: str = "", ax=None):
+    """Each comparison's difference of means with its 90 % interval, in units of its margin (the
+    dashed lines at +-1): inside them is *equivalent* (TOST), beyond *different*, across
+    *inconclusive* (``ax``: one Axes)."""
+    fig, ax = panels(ax, 1, 1, width=7.0, height=0.32 * max(len(rows), 6) + 1.2)
+    for i, r in enumerate(rows):
+        m = r["margin"] or np.nan
+        colour = _VERDICT_COLOUR[r["verdict"]]
+        lo, hi = r.get("low", np.nan) / m, r.get("high", np.nan) / m
+        if np.isfinite(lo):
+            ax.plot([lo, hi], [i, i], "-", color=colour, lw=2.5)
+        ax.plot(r["diff"] / m, i, "o", color=colour, ms=5)
+    ax.set_xscale("symlog", linthresh=1.0)  # linear inside the margins, compressed beyond
+    ax.axvline(0, color="k", lw=0.8)
+    for x in (-1, 1):
+        ax.axvline(x, color="k", ls="--", lw=0.8)
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([f"{label(r['candidate'])}: {NAMES.get(r['monitor'], r['monitor'])}"
+                        for r in rows], fontsize="small")
+    ax.invert_yaxis()
+    ax.set_xlabel("(candidate - reference) / margin (symmetric log beyond +-1); bar: 90 % "
+                  "interval over seeds")
+    for verdict, colour in _VERDICT_COLOUR.items():
+        if verdict != "too few seeds":
+            ax.plot([], [], "-", color=colour, lw=2.5, label=verdict)
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.set_title(title or f"{LABELS['measured']}: equivalence tests (TOST, alpha 0.05)")
+    return fig
+
+
+@styled
+def sync_frequency(results: dict, ks: Sequence[int],
+                   monitors: Sequence[str] = ("profile_distance", "sampling_fraction"), *,
+                   workers: int = 12, ax=None):
+    """Local SGD. Left: communication per step against k - measured here (2 ranks, shared
+    memory) and modelled (ring all-reduce at ``workers`` workers over the package's networks).
+    Right panels: each monitor's final value (mean +- sd over seeds) against k, with the k = 1
+    spread as a band (``ax``: 1 x (1 + len(monitors)) Axes)."""
+    fig, axes = panels(ax, 1, 1 + len(monitors), width=4.2 * (1 + len(monitors)), height=3.4)
+    table = analysis.communication_table(results, ks, workers)
+    measured = [(r["k"], r["measured_s"]) for r in table if r.get("measured_s")]
+    if measured:
+        axes[0].plot(*zip(*measured), "-o", color="k", label=f"{LABELS['measured']} (2 ranks)")
+    for colour, net in zip(colours(len(analysis.NETWORKS)), analysis.NETWORKS):
+        axes[0].plot(ks, [r[net] for r in table], "--s", color=colour, ms=4,
+                     label=f"{LABELS['model']}, {workers} workers, {net}")
+    axes[0].set(xscale="log", yscale="log", xlabel="k (steps between model averages)",
+                ylabel="communication per step (s)", title="communication")
+    axes[0].set_xticks(list(ks), [str(k) for k in ks])
+    axes[0].legend(fontsize="x-small")
+    for a, name in zip(axes[1:], monitors):
+        ys, es = [], []
+        for k in ks:
+            cid = "2w-linear" + (f"-k{k}" if k > 1 else "")
+            vals = [analysis.final_values(r, name) for r in results.get("runs", {}).values()
+                    if r["config_id"] == cid]
+            ys.append(np.mean(vals) if vals else np.nan)
+            es.append(np.std(vals, ddof=1) if len(vals) > 1 else 0.0)
+        a.errorbar(ks, ys, yerr=es, fmt="o-", capsize=3, color="C0",
+                   label=f"{LABELS['measured']}, 2 workers (mean +- sd)")
+        if np.isfinite(ys[0]):
+            a.axhspan(ys[0] - es[0], ys[0] + es[0], color="C0", alpha=0.15, lw=0)
+        a.set(xscale="log", xlabel="k", title=f"final {NAMES.get(name, name)}")
+        a.set_xticks(list(ks), [str(k) for k in ks])
+    axes[1].legend(fontsize="x-small")
+    return fig
+
+
+@styled
+def lr_rules(results: dict, workers: Sequence[int],
+             monitors: Sequence[str] = ("profile_distance", "sampling_fraction", "g_loss"),
+             *, ax=None):
+    """Final monitors (mean +- sd over seeds) per learning-rate rule, grouped by worker count,
+    against the 1-worker spread (band) (``ax``: 1 x len(monitors) Axes)."""
+    fig, axes = panels(ax, 1, len(monitors), width=4.2 * len(monitors), height=3.4)
+    axes = np.atleast_1d(axes)
+    rules = ("linear", "sqrt", "warmup", "none")
+    runs = list(results.get("runs", {}).values())
+    for a, name in zip(axes, monitors):
+        ref = [analysis.final_values(r, name) for r in runs if r["config_id"] == "1w"]
+        if ref:
+            m, s = np.mean(ref), (np.std(ref, ddof=1) if len(ref) > 1 else 0.0)
+            a.axhspan(m - s, m + s, color="0.6", alpha=0.3, lw=0, label="1 worker, mean +- sd")
+            a.axhline(m, color="0.4", lw=0.8)
+        for j, (colour, rule) in enumerate(zip(colours(len(rules)), rules)):
+            xs, ys, es = [], [], []
+            for i, n in enumerate(workers):
+                vals = [analysis.final_values(r, name) for r in runs
+                        if r["config_id"] == f"{n}w-{rule}"]
+                if vals:
+                    xs.append(i + (j - 1.5) * 0.12)
+                    ys.append(np.mean(vals))
+                    es.append(np.std(vals, ddof=1) if len(vals) > 1 else 0.0)
+            a.errorbar(xs, ys, yerr=es, fmt="o", capsize=3, color=colour,
+                       label=label(f"2w-{rule}").split(", ", 1)[1])
+        cores = results.get("provenance", {}).get("machine", {}).get("cores") or 10**6
+        a.set_xticks(range(len(workers)), [
+            f"{n} workers\n(global batch x{n})" + ("\noversubscribed" if n > cores else "")
+            for n in workers])
+        a.set_title(f"final {NAMES.get(name, name)}")
+        if name.endswith("loss"):
+            a.set_yscale("log")
+    axes[0].legend(fontsize="x-small")
+    fig.suptitle(f"{LABELS['measured']}: learning-rate rules at equal showers seen",
+                 fontsize="medium")
+    return fig

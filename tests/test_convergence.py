@@ -1,0 +1,146 @@
+"""The convergence study: its plan, the equivalence test, staleness, the communication model, and
+(slow) the tiny study of the quick profile end to end with real MPI runs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from gan3d import config
+from gan3d.convergence import analysis, plan, study
+from gan3d.exceptions import ConfigError, Gan3dError
+
+
+def test_the_full_plan_runs_each_configuration_once_per_seed_equivalence_first():
+    cfg = config.resolve("study")
+    runs = plan.plan(cfg)
+    ids = [r.id for r in runs]
+    assert len(ids) == len(set(ids)) == 36  # 12 configurations x 3 seeds
+    assert [r.block for r in runs[:9]] == ["eq"] * 9  # the paper's claim first, all seeds
+    assert "2w-linear-k1-s0" not in ids  # k = 1 is the 2-worker linear run, trained once
+    assert {r.config_id for r in runs} >= {"1w", "2w-linear", "2w-none", "2w-linear-k64",
+                                           "4w-sqrt", "4w-warmup"}
+    for run in runs:  # equal showers for every configuration
+        c = plan.run_config(cfg, run)
+        t = c.train
+        assert t.epochs * t.steps_per_epoch * t.batch_size * run.workers == 1024
+        assert (t.precision, t.eval_mode, t.seed) == ("float32", "none", 1000 + run.seed)
+    warm = plan.run_config(cfg, plan.Run("lr", 4, "warmup", 1, 0)).train
+    assert (warm.scale_lr, warm.lr_rule, warm.lr_warmup_epochs) == (True, "linear", 1)
+    none = plan.run_config(cfg, plan.Run("eq", 2, "none", 1, 0)).train
+    assert none.scale_lr is False
+
+
+def test_showers_that_do_not_divide_into_steps_are_a_named_error():
+    cfg = config.resolve("study", {"study.showers": 1000})
+    with pytest.raises(ConfigError, match="multiple of workers"):
+        plan.run_config(cfg, plan.Run("eq", 2, "linear", 1, 0))
+
+
+@pytest.mark.parametrize("a, b, margin, verdict", [
+    ([0.10, 0.11, 0.09, 0.10], [0.10, 0.105, 0.095, 0.10], 0.05, "equivalent"),
+    ([0.50, 0.52, 0.48], [0.10, 0.11, 0.09], 0.05, "different"),
+    ([0.0, 0.3, 0.1], [0.1, 0.0, 0.25], 0.05, "inconclusive"),
+    ([0.1], [0.1, 0.2], 0.05, "too few seeds"),
+])
+def test_tost_verdicts(a, b, margin, verdict):
+    res = analysis.tost(a, b, margin)
+    assert res["verdict"] == verdict
+    if verdict != "too few seeds":
+        assert res["low"] <= res["diff"] <= res["high"]
+
+
+def _run(cid, block, seed, values, k=1):
+    rows = [{"showers_seen": 256 * (i + 1), "syncs": (1 if k > 1 else 0), "time_sync_s": 0.02,
+             **{name: v for name in analysis.MARGINS}} for i, v in enumerate(values)]
+    return {"config_id": cid, "block": block, "seed": seed, "sync_every": k, "rows": rows,
+            "code_hash": plan.code_hash()}
+
+
+def test_verdicts_compare_each_candidate_with_its_reference():
+    runs = {}
+    for s in range(3):
+        runs[f"1w-s{s}"] = _run("1w", "eq", s, [0.5, 0.2 + 0.001 * s, 0.2])
+        runs[f"2w-linear-s{s}"] = _run("2w-linear", "eq", s, [0.6, 0.2 - 0.001 * s, 0.2])
+        runs[f"2w-linear-k4-s{s}"] = _run("2w-linear-k4", "sync", s, [0.9, 0.9 + 0.01 * s, 0.9], 4)
+    rows = analysis.verdicts({"runs": runs})
+    pairs = {(r["candidate"], r["reference"]) for r in rows}
+    assert pairs == {("2w-linear", "1w"), ("2w-linear-k4", "2w-linear")}
+    by = {(r["candidate"], r["monitor"]): r for r in rows}
+    assert by[("2w-linear", "profile_distance")]["verdict"] == "equivalent"
+    assert by[("2w-linear-k4", "profile_distance")]["verdict"] == "different"
+    c = analysis.curves({"runs": runs}, "1w", "profile_distance")
+    assert c["n"] == 3 and c["showers"] == [256, 512, 768]
+    assert c["mean"][0] == pytest.approx(0.5)
+
+
+def test_results_of_other_code_are_stale_and_not_mixed(tmp_path):
+    out = tmp_path / "c.json"
+    run = _run("1w", "eq", 0, [0.1])
+    run["code_hash"] = "0123456789abcdef"
+    out.write_text(json.dumps({"runs": {"1w-s0": run}}))
+    assert study.stale(study.load(out)) == ["1w-s0"]
+    cfg = config.resolve("quick", {"study.output": str(out), "study.workdir": str(tmp_path / "w")})
+    with pytest.raises(Gan3dError, match="other code"):
+        study.run_study(cfg)
+    assert study.status(cfg)["stale"] == ["1w-s0"]
+
+
+def test_local_sgd_moves_one_kth_of_the_traffic_in_the_model():
+    table = analysis.communication_table({"runs": {}}, (1, 4, 16, 64))
+    assert [r["k"] for r in table] == [1, 4, 16, 64]
+    for net in analysis.NETWORKS:
+        assert table[0][f"{net} saved"] == 0
+        saved = [r[f"{net} saved"] for r in table]
+        assert saved == sorted(saved) and saved[-1] > 0.95
+    # The state (weights + mean squares of G and D) has as many bytes as one step's gradients
+    # (G and D twice) but goes in one message instead of four: 1 - 1/k saved, a little more.
+    for row in table[1:]:
+        assert 1 - 1 / row["k"] <= row["1 GbE saved"] < 1 - 1 / row["k"] + 0.03
+
+
+@pytest.mark.slow
+@pytest.mark.mpi
+def test_the_tiny_study_runs_real_mpi_trainings_and_resumes(tmp_path):
+    out, work = tmp_path / "conv.json", tmp_path / "work"
+    args = [sys.executable, "-m", "gan3d", "study", "--set", f"study.output={out}",
+            "--set", f"study.workdir={work}"]
+    first = subprocess.run(args + ["--max-runs", "2"], capture_output=True, text=True, timeout=900)
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert "2 of 4 runs done" in first.stdout
+    done = subprocess.run(args, capture_output=True, text=True, timeout=900)  # continues
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "4 of 4 runs done" in done.stdout
+    res = json.loads(out.read_text())
+    assert set(res["runs"]) == {"1w-s0", "2w-linear-s0", "2w-none-s0", "2w-linear-k2-s0"}
+    for run in res["runs"].values():
+        assert run["showers"] == 32 and len(run["rows"]) == 2
+        assert all(np.isfinite(r["profile_distance"]) for r in run["rows"])
+    local = res["runs"]["2w-linear-k2-s0"]["rows"]
+    assert [r["syncs"] for r in local] == [1, 1]  # 2 steps per epoch, k = 2
+    assert res["communication"]["k1_step_s"] > 0
+    # the 1-worker run and the 2-worker runs start from the same weights (seed), yet differ
+    assert res["runs"]["1w-s0"]["rows"][0]["g_loss"] != res["runs"]["2w-none-s0"]["rows"][0]["g_loss"]
+
+
+def test_seeds_needed_grows_with_the_spread_against_the_margin():
+    tight = analysis.seeds_needed([0.10, 0.11, 0.09], [0.10, 0.11, 0.09], 0.05)
+    wide = analysis.seeds_needed([0.0, 0.3, 0.1], [0.1, 0.0, 0.25], 0.05)
+    assert tight == 2 and wide > 30
+    assert np.isnan(analysis.seeds_needed([0.1], [0.1, 0.2], 0.05))
+
+
+def test_the_results_file_carries_the_verdicts_without_nan(tmp_path):
+    runs = {f"1w-s{s}": _run("1w", "eq", s, [0.3, 0.2 + 0.01 * s]) for s in range(3)}
+    runs["2w-none-s0"] = _run("2w-none", "eq", 0, [0.3, 0.25])  # one seed: no interval
+    study._save(tmp_path / "c.json", {"runs": runs})
+    text = (tmp_path / "c.json").read_text()
+    assert "NaN" not in text
+    saved = json.loads(text)
+    assert {v["verdict"] for v in saved["verdicts"]} == {"too few seeds"}
+    assert saved["verdicts"][0]["low"] is None
+    assert [r["k"] for r in saved["communication_table"]] == [1]
