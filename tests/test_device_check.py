@@ -43,7 +43,11 @@ def test_device_check_runs_without_tensorflow_and_its_generator_loads_in_tensorf
     assert "showers/s" in run.stdout and "of matmul ceiling" in run.stdout
     r = json.loads((out / "device_check.json").read_text())
     assert r["device"]["platform"] == "cpu" and r["device"]["count"] >= 1
-    assert r["precision"] == "float32" and r["global_batch"] == 2 * r["device"]["count"]
+    # auto: bfloat16 where the CPU computes it (AVX512_BF16/AMX), float32 elsewhere
+    from gan3d.runtime import cpu_has_bf16
+
+    assert r["precision"] == ("bfloat16" if cpu_has_bf16() else "float32")
+    assert r["global_batch"] == 2 * r["device"]["count"]
     timed = r["timed"]
     assert len(timed["step_times_s"]) == 2
     assert timed["showers_per_s"] == pytest.approx(r["global_batch"] / timed["seconds_per_step"])

@@ -96,8 +96,14 @@ def _open(browser, lab, name):
     kernel.wait_for(timeout=180_000)
     page.wait_for_function("[...document.querySelectorAll('.jp-Toolbar-kernelName')]"
                            ".some(e => e.innerText.includes('gan3d'))", timeout=180_000)
-    for button in page.get_by_role("button", name="No").all():  # the news question, if asked
-        button.click()
+    # The news question, if asked: its "No" only (a loose name match also finds the toast's
+    # "Hide notification" button, which moves while the toast closes).
+    no = page.get_by_role("button", name="No", exact=True)
+    for _ in range(3):
+        if not no.count():
+            break
+        no.first.click(timeout=10_000)
+        page.wait_for_timeout(300)
     return page, kernel.inner_text().strip()
 
 
