@@ -38,7 +38,7 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["PASSES", "ceilings", "step_passes", "profile_step", "profile_table"]
+__all__ = ["PASSES", "ceilings", "step_passes", "step_precision", "profile_step", "profile_table"]
 
 # pass name -> (input gradient, weight gradient)
 PASSES = {"fwd": (False, False), "in": (True, False), "w": (False, True), "both": (True, True)}
@@ -203,6 +203,13 @@ def _inputs(layer, batch: int, rng):
     return x, dy
 
 
+def step_precision(step) -> str:
+    """``bfloat16`` when the step's layers compute in it (a ``mixed_bfloat16`` policy), else
+    ``float32``. The models themselves keep the global float32 policy: ask their layers."""
+    layers = [layer for model in (step.g, step.d) for layer in model.layers]
+    return "bfloat16" if any(layer.compute_dtype == "bfloat16" for layer in layers) else "float32"
+
+
 def profile_step(step, batch: int, *, repeats: int = 3, step_repeats: int = 3,
                  progress: bool = True) -> dict:
     """Time every pass of every layer of ``step`` (a :class:`gan3d.gan.step.GanStep`) at
@@ -214,7 +221,7 @@ def profile_step(step, batch: int, *, repeats: int = 3, step_repeats: int = 3,
     """
     from .. import console
 
-    precision = "bfloat16" if step.d.compute_dtype == "bfloat16" else "float32"
+    precision = step_precision(step)
     roof = ceilings(precision)
     rng = np.random.default_rng(0)
     layers = {(net, layer.name): layer for net, model in (("D", step.d), ("G", step.g))
