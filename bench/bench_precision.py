@@ -38,7 +38,8 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from gan3d import console, runtime  # noqa: E402
 from gan3d.config import resolve, to_dict  # noqa: E402
-from gan3d.convergence.analysis import FINAL_POINTS, MARGINS, final_values, tost  # noqa: E402
+from gan3d.convergence import analysis  # noqa: E402
+from gan3d.convergence.analysis import FINAL_POINTS, final_values  # noqa: E402
 from gan3d.convergence.plan import Run, run_config, summarise_history  # noqa: E402
 from gan3d.io import ensure_dir, provenance, read_json, write_json  # noqa: E402
 from gan3d.parallel.launch import launch  # noqa: E402
@@ -100,14 +101,11 @@ def compare(runs: dict[str, dict]) -> dict:
         n = len(ref)
         out["inside"][name] = {"inside": inside, "of": total,
                                "expected_if_alike": (n - 1) / (n + 1) if n else None}
-        if name in MARGINS:
-            margin, kind = MARGINS[name]
-            a = [final_values(r, name) for r in cand]
-            b = [final_values(r, name) for r in ref]
-            m = margin * abs(float(np.mean(b))) if kind == "rel" and b else margin
-            res = tost(a, b, m)
-            res.update(bf16=a, fp32=b)
-            out["tost"][name] = res
+    # the convergence study's comparison, with the precision as the configuration
+    tagged = {"runs": {rid: {**r, "config_id": r["precision"]} for rid, r in runs.items()}}
+    for name, res in analysis.compare(tagged, "bfloat16", "float32").items():
+        out["tost"][name] = dict(res, bf16=[final_values(r, name) for r in cand],
+                                 fp32=[final_values(r, name) for r in ref])
     for p, rs in by.items():
         rates = [r["showers"] / r["train_s"] for r in rs if r["train_s"]]
         out["rate"][p] = statistics.median(rates) if rates else None
