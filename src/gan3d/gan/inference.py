@@ -26,7 +26,8 @@ import math
 import keras
 import numpy as np
 
-__all__ = ["phase_taps", "fold_kernel", "FoldedUpConv3D", "folded_generator", "folded_flops"]
+__all__ = ["phase_taps", "fold_kernel", "FoldedUpConv3D", "folded_generator", "inference_network",
+           "folded_flops"]
 
 
 def phase_taps(size: int, up: int, pad: int) -> list[tuple[int, list[int]]]:
@@ -156,6 +157,23 @@ def folded_generator(generator: keras.Model, *, dtype: str | None = None) -> ker
     for name in ("dense", "conv1", "bn1", "bn2", "conv4"):
         net.get_layer(name).set_weights(get(name).get_weights())
     return net
+
+
+def inference_network(generator: keras.Model, precision: str = "float32", *,
+                      fold: bool = True) -> keras.Model:
+    """A trained ``generator`` ready for inference in ``precision`` (``float32``, or
+    ``bfloat16``/``float16`` as a Keras ``mixed_`` policy with the same weights): the folded
+    network (:func:`folded_generator`) or, with ``fold=False``, the generator's own layers."""
+    policy = None if precision == "float32" else "mixed_" + precision
+    if fold:
+        return folded_generator(generator, dtype=policy)
+    if policy is None:
+        return generator
+    from .model import build_generator
+
+    own = build_generator(int(generator.input_shape[-1]), dtype=policy)
+    own.set_weights(generator.get_weights())
+    return own
 
 
 def _bn(layer, kw):

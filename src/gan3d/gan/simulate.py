@@ -31,8 +31,8 @@ from ..data.files import GAN_ORIGIN, ORIGIN_ATTR, shower_file
 from ..exceptions import ConfigError
 from ..io import provenance
 from . import reference
-from .inference import folded_generator
-from .model import build_generator, load_generator
+from .inference import inference_network
+from .model import load_generator
 
 __all__ = ["parse_energies", "primary_energies", "simulate"]
 
@@ -74,18 +74,11 @@ def _generator_file(path) -> Path:
 
 
 def _network(path: Path, precision: str, fold: bool = True) -> keras.Model:
-    """The generator at ``path`` for inference: its upsampling folded into the convolutions
-    (:mod:`gan3d.gan.inference`, same showers, ~2.5x fewer FLOPs) unless ``fold`` is False, in
-    ``precision``."""
+    """The generator at ``path`` for inference in ``precision``: its upsampling folded into the
+    convolutions (:mod:`gan3d.gan.inference`, same showers, ~2.5x fewer FLOPs) unless ``fold``
+    is False."""
     net = reference.load() if path.parent == reference.FOLDER else load_generator(path)
-    policy = None if precision == "float32" else "mixed_" + precision
-    if fold:
-        return folded_generator(net, dtype=policy)
-    if policy is None:
-        return net
-    fast = build_generator(int(net.input_shape[-1]), dtype=policy)
-    fast.set_weights(net.get_weights())
-    return fast
+    return inference_network(net, precision, fold=fold)
 
 
 def _attributes(path: Path, spec: str, seed: int, precision: str) -> dict:

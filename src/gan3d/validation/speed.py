@@ -63,16 +63,12 @@ def _gan_rows(base, batch_sizes, precisions, min_showers: int, max_seconds: floa
     network, per precision; all variants interleaved repeat by repeat so that their ratios are
     measured under the same machine state."""
     from ..gan import model  # imports TensorFlow
-    from ..gan.inference import folded_generator
+    from ..gan.inference import inference_network
 
     nets = {}
     for p in precisions:
-        own = base if p == "float32" else model.build_generator(dtype="mixed_" + p)
-        if own is not base:
-            own.set_weights(base.get_weights())
-        nets[("GAN", p)] = own
-        nets[("GAN, folded", p)] = folded_generator(base, dtype=None if p == "float32"
-                                                    else "mixed_" + p)
+        nets[("GAN", p)] = inference_network(base, p, fold=False)
+        nets[("GAN, folded", p)] = inference_network(base, p)
     rows = []
     for b in batch_sizes:
         latent = model.latent_vectors(np.linspace(10, 500, b), seed)
