@@ -143,13 +143,22 @@ def _study_parser(sub) -> None:
     st.add_argument("--max-runs", type=int, help="stop after this many runs (continue later)")
     st.add_argument("--restart", action="store_true", help="forget the results file's runs first")
     st.add_argument("--status", action="store_true", help="say how far the study is; run nothing")
+    st.add_argument("--verify-code", metavar="DIR",
+                    help="show that this checkout's training code makes the study's numbers: "
+                         "train a short run with it and with the copy of the package in DIR that "
+                         "made the study; if identical, the results stay current")
 
 
 def _cmd_study(args: argparse.Namespace) -> int:
     from .convergence import study
 
     cfg = _config(args)
-    if not args.status:
+    if args.verify_code:
+        entry = study.verify(cfg, args.verify_code)
+        print("this checkout has the study's code hash: nothing to verify" if entry is None else
+              f"{cfg.study.output}: this checkout's code makes the study's numbers "
+              f"({entry['compared']}); its runs stay current")
+    elif not args.status:
         study.run_study(cfg, only=args.block, max_runs=args.max_runs, restart=args.restart)
     state = study.status(cfg)
     print(f"{cfg.study.output}: {state['done']} of {state['planned']} runs done"

@@ -18,6 +18,7 @@ threads as there are cores. Measured on 2 cores (3DGAN step, 2 ranks): plain ``m
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
@@ -35,6 +36,7 @@ __all__ = [
     "cpu_has_bf16",
     "mpi_environment",
     "mpirun_command",
+    "pythonpath",
     "apply_process_defaults",
     "configure_tensorflow_threads",
     "intra_op_threads",
@@ -181,6 +183,21 @@ def mpi_environment(base: dict[str, str] | None = None) -> dict[str, str]:
         env.setdefault(key, value)
     env["PATH"] = str(env_bin()) + os.pathsep + env.get("PATH", "")
     return env
+
+
+@contextlib.contextmanager
+def pythonpath(path: str | None):
+    """Within: child processes (launches) import ``gan3d`` from ``path`` (None: unchanged)."""
+    saved = os.environ.get("PYTHONPATH")
+    if path is not None:
+        os.environ["PYTHONPATH"] = path
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = saved
 
 
 def mpirun_command(np: int, argv: list[str], *, extra: list[str] | None = None) -> list[str]:

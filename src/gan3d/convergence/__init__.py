@@ -3,5 +3,6 @@ SGD's synchronisation frequency, and learning-rate rules for large global batche
 
 * :mod:`.plan` - the runs, their configurations, the numbers kept, the code hash;
 * :mod:`.study` - running them (resumable) into the committed results file;
-* :mod:`.analysis` - the equivalence test and the communication saved.
+* :mod:`.analysis` - the equivalence test and the communication saved;
+* :mod:`.verify` - keeping the results current across code changes shown to move no number.
 """

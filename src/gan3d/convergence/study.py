@@ -42,7 +42,7 @@ from .plan import Run, code_hash, plan, run_config, summarise_history
 
 log = console.get_logger(__name__)
 
-__all__ = ["run_study", "load", "stale", "status"]
+__all__ = ["run_study", "load", "stale", "status", "verify"]
 
 def load(path: str | Path) -> dict:
     """The results file (an empty study if it does not exist yet)."""
@@ -51,9 +51,11 @@ def load(path: str | Path) -> dict:
 
 
 def stale(results: dict) -> list[str]:
-    """Ids of the runs made by other code than this checkout's (empty: all current)."""
+    """Ids of the runs made by other code than this checkout's (empty: all current). Code shown
+    to make the same numbers (:func:`gan3d.convergence.verify.verify_code`) counts as the same."""
     now = code_hash()
-    return sorted(i for i, r in results.get("runs", {}).items() if r.get("code_hash") != now)
+    same = {now, results.get("equivalent_code", {}).get(now, {}).get("same_as")}
+    return sorted(i for i, r in results.get("runs", {}).items() if r.get("code_hash") not in same)
 
 
 def _harvest(cfg: Config, results: dict, runs: list[Run], seconds: float) -> list[str]:
@@ -161,6 +163,18 @@ def _launch_group(cfg: Config, group: list[Run], timeout: float) -> None:
     log.info("study: %d worker(s) x %d thread(s): %s", p, threads, ", ".join(r.id for r in group))
     launch(p, [sys.executable, "-m", "gan3d.scaling.probes", str(workdir / f"{name}.job.json")],
            timeout=timeout, stream=False)
+
+
+def verify(cfg: Config, reference: str | Path, *, showers: int = 256) -> dict | None:
+    """:func:`gan3d.convergence.verify.verify_code` on ``study.output``, saved when it passes."""
+    from .verify import verify_code
+
+    out = resolve_path(cfg.study.output)
+    results = load(out)
+    entry = verify_code(cfg, reference, results, showers=showers)
+    if entry is not None:
+        _save(out, results)
+    return entry
 
 
 def status(cfg: Config, results: dict | None = None) -> dict[str, Any]:
