@@ -39,6 +39,13 @@ within each repeat (batch by batch, configuration by configuration), medians of 
 ratios; writes ``results/bench/training_batches.json``::
 
     python bench/bench_training.py --batches 8 16 32 64 --steps 3 --repeats 3
+
+``--against DIR`` measures a change instead, before against after: 1 rank x 2 threads and 2 ranks
+x 1 thread, each with this checkout and with the ``gan3d`` package in DIR (a copy of an earlier
+commit, ``git archive <commit> src/gan3d | tar -x -C old``), interleaved within each repeat;
+speed-up = median of the per-repeat ratios; writes ``results/bench/training_against.json``::
+
+    python bench/bench_training.py --against old/src --batch 32 --steps 3 --repeats 3
 """
 
 from __future__ import annotations
@@ -224,6 +231,48 @@ def run_batches(opts) -> dict:
     return out
 
 
+AGAINST_CONFIGS = ((1, 2), (2, 1))
+
+
+def run_against(opts) -> list[dict]:
+    """This checkout against the package in ``opts.against``, every precision and configuration
+    of :data:`AGAINST_CONFIGS`, the two codes interleaved within each repeat."""
+    from gan3d.convergence.verify import package_root
+    from gan3d.runtime import pythonpath
+
+    codes = {"this": None, "reference": str(package_root(opts.against))}
+    done = {(p, c, k): [] for p in opts.precisions for c in AGAINST_CONFIGS for k in codes}
+    for rep in range(opts.repeats):
+        for prec, (ranks, threads), code in done:
+            print(f"[bench_training] repeat {rep + 1}/{opts.repeats} {prec} "
+                  f"{ranks}x{threads} {code} code ...", flush=True)
+            with pythonpath(codes[code]):
+                done[(prec, (ranks, threads), code)].append(run_config(ranks, threads, prec, opts))
+    rows = []
+    for prec in opts.precisions:
+        for c in AGAINST_CONFIGS:
+            this, ref = (median_runs(done[(prec, c, k)]) for k in codes)
+            rows.append({"precision": prec, "config": _key(this), "batch_per_rank": opts.batch,
+                         "showers_per_s": {"this": this["showers_per_s"],
+                                           "reference": ref["showers_per_s"]},
+                         "speedup": _ratio(this, ref),
+                         "speedup_per_repeat": [a["showers_per_s"] / b["showers_per_s"] for a, b
+                                                in zip(this["repeats"], ref["repeats"])],
+                         "runs": [this, ref]})
+    return rows
+
+
+def against_table(rows: list[dict]) -> str:
+    lines = [f"{'precision':9s} {'ranks x threads':>15s} {'before sh/s':>11s} {'after sh/s':>10s} "
+             f"{'speed-up':>8s} {'(per repeat)':>20s}"]
+    for r in rows:
+        s = r["showers_per_s"]
+        each = " ".join(f"{x:.2f}" for x in r["speedup_per_repeat"])
+        lines.append(f"{r['precision']:9s} {r['config']:>15s} {s['reference']:11.2f} "
+                     f"{s['this']:10.2f} {r['speedup']:8.2f}x {each:>20s}")
+    return "\n".join(lines)
+
+
 def batches_table(result: dict) -> str:
     lines = [f"{'precision':9s} {'batch':>5s} {'1x1 sh/s':>9s} {'2x1 sh/s':>9s} "
              f"{'pair sh/s':>9s} {'efficiency':>10s} {'(per repeat)':>22s} {'contention':>10s} "
@@ -273,6 +322,8 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=3, help="interleaved launches per variant")
     p.add_argument("--precisions", nargs="+", choices=["float32", "bfloat16"],
                    help="default: float32, plus bfloat16 where the CPU has bfloat16 arithmetic")
+    p.add_argument("--against", metavar="DIR",
+                   help="before/after: this checkout against the gan3d package in DIR")
     p.add_argument("--output", default="results/bench/training.json")
     p.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
     opts = p.parse_args(argv)
@@ -294,6 +345,17 @@ def main(argv=None) -> int:
         if not bf16:
             notes["bfloat16"] = probe_bf16(opts)
             print(f"[bench_training] bfloat16 skipped: {notes['bfloat16']['why']}", flush=True)
+    if opts.against:
+        rows = run_against(opts)
+        print(against_table(rows))
+        out = write_json(resolve_path(opts.output.replace("training.json", "training_against.json")),
+                         {"benchmark": "training_against", "against": Path(opts.against).name,
+                          "settings": {"batch_per_rank": opts.batch, "steps": opts.steps,
+                                       "warmup": opts.warmup, "repeats": opts.repeats},
+                          "cpu_has_bf16": bf16, "notes": notes, "rows": rows,
+                          "provenance": provenance()})
+        print(f"[bench_training] wrote {out}")
+        return 0
     if opts.batches:
         result = run_batches(opts)
         print(batches_table(result))

@@ -32,6 +32,21 @@ def test_parameter_counts_match_the_reference(nets):
     assert model.build_discriminator(dtype="mixed_bfloat16").count_params() == 73_450
 
 
+def test_elementwise_layers_can_compute_in_float32_under_a_mixed_policy():
+    """How CPU training builds bfloat16 models: convolutions and dense layers in bfloat16,
+    LeakyReLU, BatchNorm and Dropout in float32; without ``elementwise`` all follow ``dtype``."""
+    elementwise = ("LeakyReLU", "BatchNormalization", "Dropout")
+    for build in (model.build_generator, model.build_discriminator):
+        net = build(dtype="mixed_bfloat16", elementwise="float32")
+        by = {layer.name: (type(layer).__name__, layer.compute_dtype) for layer in net.layers}
+        assert {d for kind, d in by.values() if kind in elementwise} == {"float32"}
+        assert {d for kind, d in by.values() if kind in ("Conv3D",)} == {"bfloat16"}
+        plain = build(dtype="mixed_bfloat16")
+        assert {layer.compute_dtype for layer in plain.layers
+                if type(layer).__name__ in elementwise} == {"bfloat16"}
+        assert net.count_params() == plain.count_params()
+
+
 def test_shapes(nets):
     gen, disc = nets
     assert gen.input_shape == (None, 200)
@@ -130,3 +145,15 @@ def test_saved_generator_loads_under_jax(nets, tmp_path):
     """)
     env = dict(os.environ, KERAS_BACKEND="jax")
     subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=300)
+
+
+def test_cpu_training_in_bfloat16_keeps_the_elementwise_layers_float32():
+    from gan3d import config
+    from gan3d.gan import training
+
+    step = training.build_step(config.resolve("quick", {"train.precision": "bfloat16"}))
+    assert step.d.get_layer("conv2").compute_dtype == "bfloat16"
+    assert step.d.get_layer("drop1").compute_dtype == "float32"
+    assert step.g.get_layer("bn1").compute_dtype == "float32"
+    f32 = training.build_step(config.resolve("quick", {"train.precision": "float32"}))
+    assert {layer.compute_dtype for layer in f32.d.layers + f32.g.layers} == {"float32"}

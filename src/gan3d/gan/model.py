@@ -74,48 +74,58 @@ class EcalSum(keras.layers.Layer):
         return (input_shape[0], input_shape[-1])
 
 
-def build_generator(latent_size: int = LATENT_SIZE, *, dtype: str | None = None) -> keras.Model:
+def _policies(dtype: str | None, elementwise: str | None) -> tuple[dict, dict]:
+    """Keyword arguments of the convolution/dense layers and of the element-wise ones."""
+    kw = {"dtype": dtype} if dtype else {}
+    return kw, ({"dtype": elementwise} if elementwise else kw)
+
+
+def build_generator(latent_size: int = LATENT_SIZE, *, dtype: str | None = None,
+                    elementwise: str | None = None) -> keras.Model:
     """The 3DGAN generator: ``(N, latent_size)`` -> ``(N, 25, 25, 25, 1)`` (cell energy x 100).
 
     ``dtype`` is a Keras dtype policy for the layers (``"mixed_bfloat16"``); the output is float32.
+    ``elementwise`` overrides it for the memory-bound LeakyReLU, BatchNorm and Dropout layers
+    (``"float32"`` on CPUs, whose kernels for them are slower in bfloat16 than in float32).
     """
     L = keras.layers
-    kw = {"dtype": dtype} if dtype else {}
+    kw, ew = _policies(dtype, elementwise)
     latent = keras.Input((latent_size,), name="latent")
     x = L.Dense(7 * 7 * 8 * 8, name="dense", **kw)(latent)
     x = L.Reshape((7, 7, 8, 8), name="reshape")(x)
     x = L.Conv3D(64, (6, 6, 8), padding="same", kernel_initializer="he_uniform", name="conv1", **kw)(x)
-    x = L.LeakyReLU(_SLOPE, name="lrelu1", **kw)(x)
-    x = L.BatchNormalization(name="bn1", **_BN, **kw)(x)
+    x = L.LeakyReLU(_SLOPE, name="lrelu1", **ew)(x)
+    x = L.BatchNormalization(name="bn1", **_BN, **ew)(x)
     x = L.UpSampling3D((2, 2, 2), name="up1", **kw)(x)  # 14 x 14 x 16
     x = L.ZeroPadding3D((2, 2, 0), name="pad2", **kw)(x)
     x = L.Conv3D(6, (6, 5, 8), padding="valid", kernel_initializer="he_uniform", name="conv2", **kw)(x)
-    x = L.LeakyReLU(_SLOPE, name="lrelu2", **kw)(x)
-    x = L.BatchNormalization(name="bn2", **_BN, **kw)(x)
+    x = L.LeakyReLU(_SLOPE, name="lrelu2", **ew)(x)
+    x = L.BatchNormalization(name="bn2", **_BN, **ew)(x)
     x = L.UpSampling3D((2, 2, 3), name="up2", **kw)(x)  # 26 x 28 x 27
     x = L.ZeroPadding3D((1, 0, 3), name="pad3", **kw)(x)
     x = L.Conv3D(6, (3, 3, 8), padding="valid", kernel_initializer="he_uniform", name="conv3", **kw)(x)
-    x = L.LeakyReLU(_SLOPE, name="lrelu3", **kw)(x)  # 26 x 26 x 26
+    x = L.LeakyReLU(_SLOPE, name="lrelu3", **ew)(x)  # 26 x 26 x 26
     x = L.Conv3D(1, (2, 2, 2), padding="valid", use_bias=False, kernel_initializer="glorot_normal",
                  name="conv4", **kw)(x)
     shower = L.Activation("relu", name="relu", dtype="float32")(x)  # 25 x 25 x 25 x 1
     return keras.Model(latent, shower, name="generator")
 
 
-def build_discriminator(*, dtype: str | None = None) -> keras.Model:
-    """The 3DGAN discriminator: ``(N, 25, 25, 25, 1)`` -> ``[p_real, E/100, ECAL sum]``, each (N, 1)."""
+def build_discriminator(*, dtype: str | None = None, elementwise: str | None = None) -> keras.Model:
+    """The 3DGAN discriminator: ``(N, 25, 25, 25, 1)`` -> ``[p_real, E/100, ECAL sum]``, each
+    (N, 1). ``dtype`` and ``elementwise`` as for :func:`build_generator`."""
     L = keras.layers
-    kw = {"dtype": dtype} if dtype else {}
+    kw, ew = _policies(dtype, elementwise)
     image = keras.Input((*SHAPE, 1), name="image")
     x = L.Conv3D(32, 5, padding="same", name="conv1", **kw)(image)
-    x = L.LeakyReLU(_SLOPE, name="lrelu1", **kw)(x)
-    x = L.Dropout(_DROPOUT, name="drop1", **kw)(x)
+    x = L.LeakyReLU(_SLOPE, name="lrelu1", **ew)(x)
+    x = L.Dropout(_DROPOUT, name="drop1", **ew)(x)
     for i, pad in ((2, 2), (3, 2), (4, 1)):
         x = L.ZeroPadding3D(pad, name=f"pad{i}", **kw)(x)
         x = L.Conv3D(8, 5, padding="valid", name=f"conv{i}", **kw)(x)
-        x = L.LeakyReLU(_SLOPE, name=f"lrelu{i}", **kw)(x)
-        x = L.BatchNormalization(name=f"bn{i}", **_BN, **kw)(x)
-        x = L.Dropout(_DROPOUT, name=f"drop{i}", **kw)(x)  # 25, 25, then 23 cubed
+        x = L.LeakyReLU(_SLOPE, name=f"lrelu{i}", **ew)(x)
+        x = L.BatchNormalization(name=f"bn{i}", **_BN, **ew)(x)
+        x = L.Dropout(_DROPOUT, name=f"drop{i}", **ew)(x)  # 25, 25, then 23 cubed
     x = L.AveragePooling3D(2, name="pool", **kw)(x)
     features = L.Flatten(name="flatten", **kw)(x)  # 11**3 * 8 = 10,648
     fake = L.Dense(1, activation="sigmoid", name="generation", dtype="float32")(features)
