@@ -90,6 +90,21 @@ def test_timeline_steps_survive_fusion_that_varies_between_steps():
     assert res["messages"][-1]["name"] == "step_losses"
 
 
+def test_a_trace_that_begins_mid_step_keeps_every_complete_step():
+    """The losses reduced before the last update's gradients (TensorFlow may schedule them so):
+    the trace begins with part of a step, and each step is measured from the loss of the one
+    before, the first included."""
+    compute = np.random.default_rng(2).uniform(1e4, 3e4, (2, 6, 5))
+    ev = _trace(compute, names=("d1", "d2", "g1", "step_losses", "g2"))
+    res = timeline.breakdown(ev, 2)
+    assert res["tensors_per_step"] == 5 and res["steps"] == 5  # 6 steps, cut at the losses
+    assert res["messages"][-1]["name"] == "step_losses"
+    ends = sorted(e["ts"] for e in ev if e.get("ph") == "E" and e.get("pid") == 4
+                  and "args" in e)  # every end of the losses' all-reduce
+    assert sum(s["duration_s"] for s in res["per_step"]) == pytest.approx((ends[-1] - ends[0]) * 1e-6)
+    assert timeline.breakdown(ev, 2, last_steps=4)["steps"] == 4
+
+
 def test_timeline_errors(tmp_path):
     with pytest.raises(timeline.TimelineError, match="does not exist"):
         timeline.load(tmp_path / "missing.json")

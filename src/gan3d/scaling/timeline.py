@@ -170,14 +170,16 @@ def _step_of_ops(names: list[str], k: int) -> list[int]:
 
 def _steps(colls: list[dict], step_of_op: list[int], last_steps: int | None) -> list[list[int]]:
     """Indices of the collectives of each complete step, oldest first (the last ``last_steps``).
-    A collective belongs to the latest step among its tensors; the first complete step only marks
-    where the second begins (a step is measured from the end of the previous one)."""
+    A collective belongs to the latest step among its tensors. A step is measured from the end of
+    the collective before it, so a complete step at the very start of the trace only marks where
+    the second begins; one preceded by part of a step (the trace began mid-period: the loss
+    tensor is reduced before the last update's gradients) is measured from that part's end."""
     by_step: dict[int, list[int]] = {}
     for ci, c in enumerate(colls):
         s = max(step_of_op[i] for i in c["members"])
         if s >= 0:
             by_step.setdefault(s, []).append(ci)
-    steps = [idx for s, idx in sorted(by_step.items()) if s - 1 in by_step and idx[0] > 0]
+    steps = [idx for s, idx in sorted(by_step.items()) if idx[0] > 0]
     if last_steps:
         steps = steps[-last_steps:]
     if not steps:
