@@ -345,39 +345,31 @@ def main(argv=None) -> int:
         if not bf16:
             notes["bfloat16"] = probe_bf16(opts)
             print(f"[bench_training] bfloat16 skipped: {notes['bfloat16']['why']}", flush=True)
+
+    def save(name: str, benchmark: str, settings: dict, **body) -> int:
+        out = write_json(resolve_path(opts.output.replace("training.json", name)), {
+            "benchmark": benchmark, **body,
+            "settings": {**settings, "steps": opts.steps, "warmup": opts.warmup,
+                         "repeats": opts.repeats},
+            "cpu_has_bf16": bf16, "notes": notes, "provenance": provenance()})
+        print(f"[bench_training] wrote {out}")
+        return 0
+
     if opts.against:
         rows = run_against(opts)
         print(against_table(rows))
-        out = write_json(resolve_path(opts.output.replace("training.json", "training_against.json")),
-                         {"benchmark": "training_against", "against": Path(opts.against).name,
-                          "settings": {"batch_per_rank": opts.batch, "steps": opts.steps,
-                                       "warmup": opts.warmup, "repeats": opts.repeats},
-                          "cpu_has_bf16": bf16, "notes": notes, "rows": rows,
-                          "provenance": provenance()})
-        print(f"[bench_training] wrote {out}")
-        return 0
+        return save("training_against.json", "training_against", {"batch_per_rank": opts.batch},
+                    against=Path(opts.against).name, rows=rows)
     if opts.batches:
         result = run_batches(opts)
         print(batches_table(result))
-        out = write_json(resolve_path(opts.output.replace("training.json", "training_batches.json")),
-                         {"benchmark": "training_batches", "step_gflop_per_shower": step_flops() / 1e9,
-                          "settings": {"batches": opts.batches, "steps": opts.steps,
-                                       "warmup": opts.warmup, "repeats": opts.repeats},
-                          "cpu_has_bf16": bf16, "notes": notes, "precisions": result,
-                          "provenance": provenance()})
-        print(f"[bench_training] wrote {out}")
-        return 0
+        return save("training_batches.json", "training_batches", {"batches": opts.batches},
+                    step_gflop_per_shower=step_flops() / 1e9, precisions=result)
     runs = run_all(opts)
     summary = summarise(runs)
     print(table(runs, summary))
-    out = write_json(resolve_path(opts.output), {
-        "benchmark": "training", "step_gflop_per_shower": step_flops() / 1e9,
-        "settings": {"batch_per_rank": opts.batch, "steps": opts.steps, "warmup": opts.warmup,
-                     "repeats": opts.repeats},
-        "cpu_has_bf16": bf16, "notes": notes, "runs": runs, "summary": summary,
-        "provenance": provenance()})
-    print(f"[bench_training] wrote {out}")
-    return 0
+    return save("training.json", "training", {"batch_per_rank": opts.batch},
+                step_gflop_per_shower=step_flops() / 1e9, runs=runs, summary=summary)
 
 
 if __name__ == "__main__":

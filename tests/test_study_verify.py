@@ -16,7 +16,7 @@ import pytest
 import gan3d
 from gan3d import config
 from gan3d.convergence import plan, study
-from gan3d.convergence.verify import StudyCodeDiffers, compare_runs, package_root
+from gan3d.convergence.verify import StudyCodeDiffers, compare_runs, package_root, reference_hash
 
 
 def _results(code_hash: str, equivalent: dict | None = None) -> dict:
@@ -83,7 +83,7 @@ def test_verify_code_passes_for_a_change_that_moves_no_number(tmp_path):
                     ignore=shutil.ignore_patterns("__pycache__"))
     with open(ref / "gan3d" / "gan" / "history.py", "a") as f:
         f.write("# a comment changes the code hash and no number\n")
-    env_hash = _hash_of(ref)
+    env_hash = reference_hash(ref)
     assert env_hash != plan.code_hash()
     out = tmp_path / "c.json"
     out.write_text(json.dumps(_results(env_hash)))
@@ -99,12 +99,3 @@ def test_verify_code_passes_for_a_change_that_moves_no_number(tmp_path):
     with pytest.raises(StudyCodeDiffers, match="the study was made by 0123456789abcdef"):
         study.verify(cfg, ref, showers=16)
 
-
-def _hash_of(root: Path) -> str:
-    import hashlib
-
-    h = hashlib.sha256()
-    for name in plan.COMPONENTS:
-        h.update(name.encode())
-        h.update((root / "gan3d" / name).read_bytes())
-    return h.hexdigest()[:16]

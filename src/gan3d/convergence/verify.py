@@ -40,7 +40,7 @@ from .plan import Run, code_hash, run_config
 
 log = console.get_logger(__name__)
 
-__all__ = ["StudyCodeDiffers", "verify_code", "compare_runs", "package_root"]
+__all__ = ["StudyCodeDiffers", "verify_code", "compare_runs", "package_root", "reference_hash"]
 
 _TIMING = ("time_", "showers_per_s", "timed", "threads")
 
@@ -60,7 +60,8 @@ def package_root(reference: str | Path) -> Path:
                            f"plan.py); give the folder that contains the reference's gan3d/")
 
 
-def _reference_hash(root: Path) -> str:
+def reference_hash(root: Path) -> str:
+    """The code hash of the package under ``root``, computed by that package's own code."""
     env = {**os.environ, "PYTHONPATH": str(root)}
     code = "from gan3d.convergence.plan import code_hash; print(code_hash())"
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
@@ -80,6 +81,11 @@ def _weights(path: Path) -> dict[str, np.ndarray]:
     return out
 
 
+def _same(x, y) -> bool:
+    """Equal, counting NaN equal to NaN (a monitor of an empty output is NaN in both)."""
+    return x == y or (x != x and y != y)
+
+
 def compare_runs(a: Path, b: Path) -> tuple[int, int]:
     """Raise :class:`StudyCodeDiffers` at the first number in which the runs in folders ``a``
     and ``b`` differ (history rows without timings; generator weights, bit for bit). Returns
@@ -91,7 +97,7 @@ def compare_runs(a: Path, b: Path) -> tuple[int, int]:
     for i, (ra, rb) in enumerate(zip(rows_a, rows_b)):
         keys = {k for k in ra.keys() | rb.keys() if not k.startswith(_TIMING)}
         for k in sorted(keys):
-            if ra.get(k) != rb.get(k) and not (ra.get(k) != ra.get(k) and rb.get(k) != rb.get(k)):
+            if not _same(ra.get(k), rb.get(k)):
                 raise StudyCodeDiffers(f"epoch {i + 1}: {k} = {ra.get(k)!r} (this checkout) "
                                        f"against {rb.get(k)!r} (the study's code)")
             numbers += 1
@@ -121,17 +127,17 @@ def verify_code(cfg: Config, reference: str | Path, results: dict, *, showers: i
     if now == study_hash:
         return None
     root = package_root(reference)
-    ref_hash = _reference_hash(root)
+    ref_hash = reference_hash(root)
     if ref_hash != study_hash:
         raise StudyCodeDiffers(f"{reference} holds training code {ref_hash}; the study was made "
                                f"by {study_hash}: give a copy of the package that made it")
     s = cfg.study
     short = cfg.replace(**{"study.showers": showers, "study.points": 2})
-    run_config(short, Run("eq", 1, "linear", 1, 0))  # a clear error if showers does not divide
+    first = run_config(short, Run("eq", 1, "linear", 1, 0))  # named error if showers won't divide
     work = ensure_dir(resolve_path(s.workdir) / "verify-code")
     folders = {}
     for name, pythonpath in (("this", None), ("reference", str(root))):
-        c = run_config(short, Run("eq", 1, "linear", 1, 0)).replace(**{
+        c = first.replace(**{
             "data.path": str(work / name / "data"), "train.output": str(work / name / "run")})
         job = {"task": "trains", "threads": runtime.cpu_count(), "out": str(work / f"{name}.out.json"),
                "configs": [to_dict(c)]}
