@@ -20,8 +20,8 @@ from ..paths import resolve_path
 __all__ = ["Run", "plan", "run_config", "code_hash", "summarise_history", "COMPONENTS", "SUMMARY"]
 
 # The modules whose code determines a run's numbers (not the plots, notebooks or CLI).
-COMPONENTS = ("gan/step.py", "gan/model.py", "gan/training.py", "gan/local_sgd.py",
-              "gan/history.py", "data/showers.py", "data/calorimeter.py", "data/generate.py",
+COMPONENTS = ("gan/step.py", "gan/model.py", "gan/cpu_layers.py", "gan/training.py",
+              "gan/local_sgd.py", "gan/history.py", "data/showers.py", "data/calorimeter.py", "data/generate.py",
               "data/sharding.py", "data/files.py", "validation/monitors.py",
               "validation/physics.py", "validation/metrics.py", "convergence/plan.py")
 # Monitors kept per evaluation: the mean over the monitor energies of |deviation| (relative, or

@@ -30,6 +30,7 @@ from ..data.calorimeter import NETWORK_SCALE as ECAL_SCALE
 from ..data.calorimeter import SHAPE
 from ..exceptions import CheckpointError
 from ..io import atomic_path
+from . import cpu_layers
 
 __all__ = [
     "LATENT_SIZE",
@@ -111,21 +112,33 @@ def build_generator(latent_size: int = LATENT_SIZE, *, dtype: str | None = None,
     return keras.Model(latent, shower, name="generator")
 
 
-def build_discriminator(*, dtype: str | None = None, elementwise: str | None = None) -> keras.Model:
+def build_discriminator(*, dtype: str | None = None, elementwise: str | None = None,
+                        fast_cpu: bool = False) -> keras.Model:
     """The 3DGAN discriminator: ``(N, 25, 25, 25, 1)`` -> ``[p_real, E/100, ECAL sum]``, each
-    (N, 1). ``dtype`` and ``elementwise`` as for :func:`build_generator`."""
+    (N, 1). ``dtype`` and ``elementwise`` as for :func:`build_generator`.
+
+    ``fast_cpu=True`` computes the same function with the same weights in fewer passes over
+    memory (:mod:`gan3d.gan.cpu_layers`; ``conv2``/``conv3`` pad inside the convolution instead of
+    in a ``ZeroPadding3D`` layer); it rounds differently, so float32 training never uses it.
+    """
     L = keras.layers
     kw, ew = _policies(dtype, elementwise)
+    conv1 = cpu_layers.FoldedConv3D if fast_cpu else L.Conv3D
+    norm = cpu_layers.FusedBatchNormalization if fast_cpu else L.BatchNormalization
+    drop = cpu_layers.MaskDropout if fast_cpu else L.Dropout
     image = keras.Input((*SHAPE, 1), name="image")
-    x = L.Conv3D(32, 5, padding="same", name="conv1", **kw)(image)
+    x = conv1(32, 5, padding="same", name="conv1", **kw)(image)
     x = L.LeakyReLU(_SLOPE, name="lrelu1", **ew)(x)
-    x = L.Dropout(_DROPOUT, name="drop1", **ew)(x)
+    x = drop(_DROPOUT, name="drop1", **ew)(x)
     for i, pad in ((2, 2), (3, 2), (4, 1)):
-        x = L.ZeroPadding3D(pad, name=f"pad{i}", **kw)(x)
-        x = L.Conv3D(8, 5, padding="valid", name=f"conv{i}", **kw)(x)
+        if fast_cpu and pad == 2:  # ZeroPadding3D(2) + a valid 5^3 convolution = "same"
+            x = L.Conv3D(8, 5, padding="same", name=f"conv{i}", **kw)(x)
+        else:
+            x = L.ZeroPadding3D(pad, name=f"pad{i}", **kw)(x)
+            x = L.Conv3D(8, 5, padding="valid", name=f"conv{i}", **kw)(x)
         x = L.LeakyReLU(_SLOPE, name=f"lrelu{i}", **ew)(x)
-        x = L.BatchNormalization(name=f"bn{i}", **_BN, **ew)(x)
-        x = L.Dropout(_DROPOUT, name=f"drop{i}", **ew)(x)  # 25, 25, then 23 cubed
+        x = norm(name=f"bn{i}", **_BN, **ew)(x)
+        x = drop(_DROPOUT, name=f"drop{i}", **ew)(x)  # 25, 25, then 23 cubed
     x = L.AveragePooling3D(2, name="pool", **kw)(x)
     features = L.Flatten(name="flatten", **kw)(x)  # 11**3 * 8 = 10,648
     fake = L.Dense(1, activation="sigmoid", name="generation", dtype="float32")(features)

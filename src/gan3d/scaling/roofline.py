@@ -42,6 +42,7 @@ __all__ = ["PASSES", "ceilings", "step_passes", "step_precision", "profile_step"
 
 # pass name -> (input gradient, weight gradient)
 PASSES = {"fwd": (False, False), "in": (True, False), "w": (False, True), "both": (True, True)}
+# Layers whose input gradient reads their input again (subclasses too: gan/cpu_layers.py).
 _NONLINEAR = ("LeakyReLU", "ReLU", "Activation", "BatchNormalization", "Dropout")
 
 
@@ -158,7 +159,8 @@ def pass_cost(layer, name: str, batch: int) -> tuple[int, int]:
         nbytes += n_out * a_out  # the output gradient
     if input_grad:
         nbytes += n_in * a_in + w  # the input gradient written, the weights read
-    needs_input = (input_grad and type(layer).__name__ in _NONLINEAR) or (weight_grad and w)
+    nonlinear = isinstance(layer, tuple(getattr(keras.layers, k) for k in _NONLINEAR))
+    needs_input = (input_grad and nonlinear) or (weight_grad and w)
     if needs_input:
         nbytes += n_in * a_in  # the input read again
     if weight_grad and w:
