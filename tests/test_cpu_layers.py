@@ -103,18 +103,29 @@ def test_fast_discriminator_is_the_same_network(tmp_path):
         np.testing.assert_array_equal(np.asarray(b), np.asarray(a))
 
 
-def test_only_mixed_precision_on_a_cpu_builds_the_fast_discriminator():
+def test_train_cpu_layers_chooses_the_discriminator():
+    """auto: the CPU layers under mixed precision on a CPU, Keras's in float32 (the committed
+    study's numbers); fast and keras force either."""
     from gan3d import config
     from gan3d.gan import training
 
-    bf16 = training.build_step(config.resolve("quick", {"train.precision": "bfloat16"}))
-    assert type(bf16.d.get_layer("conv1")) is cpu_layers.FoldedConv3D
-    assert type(bf16.d.get_layer("drop4")) is cpu_layers.MaskDropout
-    assert bf16.d.get_layer("conv1").compute_dtype == "bfloat16"
-    f32 = training.build_step(config.resolve("quick", {"train.precision": "float32"}))
     mine = (cpu_layers.FoldedConv3D, cpu_layers.FusedBatchNormalization, cpu_layers.MaskDropout)
-    assert not any(isinstance(layer, mine) for layer in f32.d.layers + f32.g.layers)
-    assert f32.d.get_layer("pad2")  # the reference's explicit padding
+
+    def built(**overrides):
+        step = training.build_step(config.resolve("quick", overrides))
+        return {type(layer) for layer in step.d.layers + step.g.layers}, step
+
+    kinds, bf16 = built(**{"train.precision": "bfloat16"})
+    assert set(mine) <= kinds
+    assert bf16.d.get_layer("conv1").compute_dtype == "bfloat16"
+    kinds, f32 = built(**{"train.precision": "float32"})
+    assert kinds.isdisjoint(mine) and f32.d.get_layer("pad2")  # the reference's explicit padding
+    kinds, _ = built(**{"train.precision": "float32", "train.cpu_layers": "fast"})
+    assert set(mine) <= kinds
+    kinds, _ = built(**{"train.precision": "bfloat16", "train.cpu_layers": "keras"})
+    assert kinds.isdisjoint(mine)
+    with pytest.raises(config.ConfigError, match="cpu_layers"):
+        config.resolve("quick", {"train.cpu_layers": "yes"})
 
 
 @pytest.mark.skipif(importlib.util.find_spec("jax") is None,

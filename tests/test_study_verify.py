@@ -16,7 +16,8 @@ import pytest
 import gan3d
 from gan3d import config
 from gan3d.convergence import plan, study
-from gan3d.convergence.verify import StudyCodeDiffers, compare_runs, package_root, reference_hash
+from gan3d.convergence.verify import (StudyCodeDiffers, compare_runs, package_root, reference_config,
+                                     reference_hash)
 
 
 def _results(code_hash: str, equivalent: dict | None = None) -> dict:
@@ -70,6 +71,25 @@ def test_runs_compare_bit_for_bit_except_their_timings(tmp_path):
 def test_a_reference_without_the_package_is_a_named_error(tmp_path):
     with pytest.raises(StudyCodeDiffers, match="holds no gan3d package"):
         package_root(tmp_path)
+
+
+def test_the_reference_reads_a_config_without_the_settings_added_since(tmp_path):
+    """A setting newer than the reference is dropped when at its default (which keeps the old
+    behaviour) and refused otherwise: the reference would fail on an unknown key."""
+    ref = tmp_path / "ref"
+    shutil.copytree(Path(gan3d.__file__).parent, ref / "gan3d",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    source = ref / "gan3d" / "config.py"
+    lines = source.read_text().splitlines(keepends=True)
+    source.write_text("".join(x for x in lines if not x.lstrip().startswith("cpu_layers:")))
+    cfg = config.to_dict(config.resolve("quick", {"train.epochs": 2}))
+    got = reference_config(ref, cfg)
+    assert "cpu_layers" not in got["train"] and got["train"]["epochs"] == 2
+    assert "cpu_layers" in cfg["train"]  # the caller's dict is left alone
+    assert {k: v for k, v in cfg["train"].items() if k != "cpu_layers"} == got["train"]
+    fast = config.to_dict(config.resolve("quick", {"train.cpu_layers": "fast"}))
+    with pytest.raises(StudyCodeDiffers, match="no setting train.cpu_layers = 'fast'"):
+        reference_config(ref, fast)
 
 
 @pytest.mark.slow

@@ -81,6 +81,10 @@ class TrainConfig:
     # auto: bfloat16 mixed precision where the CPU has bfloat16 arithmetic (AVX512_BF16, AMX),
     # float32 elsewhere; a run records the precision it resolved to (train.resolved_precision).
     precision: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    # The discriminator's CPU layers (gan/cpu_layers.py: same function and weights, fewer passes
+    # over memory, other rounding). auto: under mixed precision on a CPU; fast: also in float32
+    # (faster, but its numbers are not those of the committed convergence study); keras: never.
+    cpu_layers: Literal["auto", "fast", "keras"] = "auto"
     steps_per_epoch: int = 0  # 0: one pass over the training shard
     monitor_showers: int = 32  # physics monitors each epoch: showers per monitor energy (0: off)
     timing_warmup_epochs: int = 1  # excluded from timing, as the paper excluded its first epochs

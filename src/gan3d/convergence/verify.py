@@ -19,7 +19,9 @@ A reference copy of the package at the commit that made the study, e.g.
 
 from __future__ import annotations
 
+import copy
 import datetime
+import json
 import os
 import subprocess
 import sys
@@ -30,7 +32,7 @@ import h5py
 import numpy as np
 
 from .. import console, runtime
-from ..config import Config, to_dict
+from ..config import Config, flatten, to_dict
 from ..exceptions import Gan3dError
 from ..gan.history import read_history
 from ..io import ensure_dir, write_json
@@ -40,7 +42,8 @@ from .plan import Run, code_hash, run_config
 
 log = console.get_logger(__name__)
 
-__all__ = ["StudyCodeDiffers", "verify_code", "compare_runs", "package_root", "reference_hash"]
+__all__ = ["StudyCodeDiffers", "verify_code", "compare_runs", "package_root", "reference_hash",
+           "reference_config"]
 
 _TIMING = ("time_", "showers_per_s", "timed", "threads")
 
@@ -60,16 +63,42 @@ def package_root(reference: str | Path) -> Path:
                            f"plan.py); give the folder that contains the reference's gan3d/")
 
 
-def reference_hash(root: Path) -> str:
-    """The code hash of the package under ``root``, computed by that package's own code."""
+def _ask(root: Path, code: str) -> str:
+    """What ``code`` prints when run with the package under ``root`` (named error if it fails)."""
     env = {**os.environ, "PYTHONPATH": str(root)}
-    code = "from gan3d.convergence.plan import code_hash; print(code_hash())"
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                           timeout=120)
     if proc.returncode != 0:
         raise StudyCodeDiffers(f"the reference package in {root} does not import: "
                                f"{proc.stderr.strip().splitlines()[-1:]}")
     return proc.stdout.strip()
+
+
+def reference_hash(root: Path) -> str:
+    """The code hash of the package under ``root``, computed by that package's own code."""
+    return _ask(root, "from gan3d.convergence.plan import code_hash; print(code_hash())")
+
+
+def reference_config(root: Path, config: dict) -> dict:
+    """``config`` (:func:`~gan3d.config.to_dict` form) as the package under ``root`` reads it:
+    without the settings added since, which must be at their defaults (a new setting's default
+    keeps the old behaviour), else a named error."""
+    known = set(json.loads(_ask(root, "import json; from gan3d.config import Config, flatten, "
+                                      "to_dict; print(json.dumps(list(flatten(to_dict(Config())))))")))
+    flat, defaults = flatten(config), flatten(to_dict(Config()))
+    added = [k for k in flat if k not in known]
+    moved = [f"{k} = {flat[k]!r}" for k in added if flat[k] != defaults.get(k)]
+    if moved:
+        raise StudyCodeDiffers(f"the reference package in {root} has no setting {', '.join(moved)}"
+                               "; verify with these settings at their defaults")
+    out = copy.deepcopy(config)
+    for key in added:
+        *sections, name = key.split(".")
+        node = out
+        for section in sections:
+            node = node[section]
+        del node[name]
+    return out
 
 
 def _weights(path: Path) -> dict[str, np.ndarray]:
@@ -139,8 +168,9 @@ def verify_code(cfg: Config, reference: str | Path, results: dict, *, showers: i
     for name, pythonpath in (("this", None), ("reference", str(root))):
         c = first.replace(**{
             "data.path": str(work / name / "data"), "train.output": str(work / name / "run")})
+        config = to_dict(c) if pythonpath is None else reference_config(root, to_dict(c))
         job = {"task": "trains", "threads": runtime.cpu_count(), "out": str(work / f"{name}.out.json"),
-               "configs": [to_dict(c)]}
+               "configs": [config]}
         write_json(work / f"{name}.job.json", job)
         log.info("verify-code: training %d showers with %s code", showers, name)
         with runtime.pythonpath(pythonpath):

@@ -37,8 +37,8 @@ TRAJECTORY_KEYS = (
     "data.source", "data.n_showers", "data.n_files", "data.energy_min", "data.energy_max",
     "data.seed", "data.test_fraction", "train.batch_size", "train.learning_rate", "train.rho",
     "train.scale_lr", "train.lr_rule", "train.lr_warmup_epochs", "train.sync_every",
-    "train.loss_weights", "train.label_flip", "train.precision", "train.steps_per_epoch",
-    "train.seed",
+    "train.loss_weights", "train.label_flip", "train.precision", "train.cpu_layers",
+    "train.steps_per_epoch", "train.seed",
 )
 
 

@@ -18,8 +18,9 @@ configuration, weights and mathematical function, computed another way:
 
 They round differently from the layers they replace, so :func:`gan3d.gan.model.build_discriminator`
 uses them only where the numbers are not pinned: ``fast_cpu=True``, which
-:func:`gan3d.gan.training.build_step` sets for mixed precision on a CPU. Float32 training (the
-equality tests, the committed convergence study) never builds them.
+:func:`gan3d.gan.training.build_step` sets for mixed precision on a CPU (``train.cpu_layers:
+auto``), or in float32 too when asked (``fast``). Float32 training by default (the equality
+tests, the committed convergence study) never builds them.
 """
 
 from __future__ import annotations

@@ -119,7 +119,8 @@ def build_discriminator(*, dtype: str | None = None, elementwise: str | None = N
 
     ``fast_cpu=True`` computes the same function with the same weights in fewer passes over
     memory (:mod:`gan3d.gan.cpu_layers`; ``conv2``/``conv3`` pad inside the convolution instead of
-    in a ``ZeroPadding3D`` layer); it rounds differently, so float32 training never uses it.
+    in a ``ZeroPadding3D`` layer); it rounds differently, so float32 training uses it only when
+    asked (``train.cpu_layers: fast``).
     """
     L = keras.layers
     kw, ew = _policies(dtype, elementwise)

@@ -148,13 +148,14 @@ def build_step(cfg: Config):
     gpu = _gpu()
     precision = resolved_precision(cfg, gpu).train.precision
     policy = None if precision == "float32" else f"mixed_{precision}"
-    # On a CPU the memory-bound LeakyReLU, BatchNorm and Dropout run faster in float32, and the
-    # discriminator's CPU formulations (gan/cpu_layers.py) in fewer passes; float32 keeps Keras's.
-    cpu_mixed = bool(policy) and gpu is None
-    ew = "float32" if cpu_mixed else None
+    # On a CPU the memory-bound LeakyReLU, BatchNorm and Dropout run faster in float32 under a
+    # mixed policy, and the discriminator's CPU layers (gan/cpu_layers.py) in fewer passes.
+    ew = "float32" if policy and gpu is None else None
+    fast = gpu is None and (cfg.train.cpu_layers == "fast"
+                            or (cfg.train.cpu_layers == "auto" and policy is not None))
     t = cfg.train
     return GanStep(build_generator(dtype=policy, elementwise=ew),
-                   build_discriminator(dtype=policy, elementwise=ew, fast_cpu=cpu_mixed),
+                   build_discriminator(dtype=policy, elementwise=ew, fast_cpu=fast),
                    loss_weights=t.loss_weights, label_flip=t.label_flip,
                    learning_rate=t.learning_rate, rho=t.rho, seed=t.seed,
                    loss_scale=precision == "float16")
