@@ -46,6 +46,12 @@ commit, ``git archive <commit> src/gan3d | tar -x -C old``), interleaved within 
 speed-up = median of the per-repeat ratios; writes ``results/bench/training_against.json``::
 
     python bench/bench_training.py --against old/src --batch 32 --steps 3 --repeats 3
+
+``--set KEY=VALUE`` (repeatable) adds a setting to every run, and with ``--against`` to this
+checkout's runs only: against this checkout's own package it measures an option against its
+default in one run::
+
+    python bench/bench_training.py --against src --set train.cpu_layers=fast --precisions float32
 """
 
 from __future__ import annotations
@@ -92,7 +98,8 @@ def worker(args: dict, out: str) -> None:
     probes.pin_threads(args["threads"])
     if args.get("core") is not None:  # one of an independent pair: its own core
         probes.pin_to({args["core"]})
-    cfg = resolve("quick", {"train.batch_size": args["batch"], "train.precision": args["precision"]})
+    cfg = resolve("quick", {"train.batch_size": args["batch"], "train.precision": args["precision"],
+                            **args.get("overrides", {})})
     result = measure_step_rate(cfg, steps=args["steps"], warmup=args["warmup"],
                                threads=args["threads"])
     # The ceiling under the same conditions (threads, neighbours), measured by every rank at once.
@@ -125,7 +132,7 @@ def run_config(ranks: int, threads: int, precision: str, opts) -> dict:
     from gan3d.parallel.launch import launch
 
     args = {"batch": opts.batch, "precision": precision, "steps": opts.steps,
-            "warmup": opts.warmup, "threads": threads}
+            "warmup": opts.warmup, "threads": threads, "overrides": opts.overrides}
     if ranks == "pair":
         per_rank = run_pair(args)
     else:
@@ -246,8 +253,9 @@ def run_against(opts) -> list[dict]:
         for prec, (ranks, threads), code in done:
             print(f"[bench_training] repeat {rep + 1}/{opts.repeats} {prec} "
                   f"{ranks}x{threads} {code} code ...", flush=True)
+            mine = opts if code == "this" else argparse.Namespace(**{**vars(opts), "overrides": {}})
             with pythonpath(codes[code]):
-                done[(prec, (ranks, threads), code)].append(run_config(ranks, threads, prec, opts))
+                done[(prec, (ranks, threads), code)].append(run_config(ranks, threads, prec, mine))
     rows = []
     for prec in opts.precisions:
         for c in AGAINST_CONFIGS:
@@ -324,6 +332,8 @@ def main(argv=None) -> int:
                    help="default: float32, plus bfloat16 where the CPU has bfloat16 arithmetic")
     p.add_argument("--against", metavar="DIR",
                    help="before/after: this checkout against the gan3d package in DIR")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="sets",
+                   help="a setting of every run (with --against: of this checkout's runs)")
     p.add_argument("--output", default="results/bench/training.json")
     p.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
     opts = p.parse_args(argv)
@@ -332,12 +342,20 @@ def main(argv=None) -> int:
 
         guard(worker, json.loads(opts.worker[0]), opts.worker[1])
         return 0
+    from gan3d.config import parse_overrides, resolve
     from gan3d.io import provenance, write_json
     from gan3d.gan.model import step_flops
     from gan3d.paths import resolve_path
 
     from gan3d.runtime import cpu_has_bf16
 
+    from gan3d.exceptions import ConfigError
+
+    try:  # a wrong key or value: a named error before any launch
+        opts.overrides = parse_overrides(opts.sets)
+        resolve("quick", opts.overrides)
+    except ConfigError as exc:
+        p.error(str(exc))
     bf16 = cpu_has_bf16()
     notes = {}
     if opts.precisions is None:
@@ -350,7 +368,7 @@ def main(argv=None) -> int:
         out = write_json(resolve_path(opts.output.replace("training.json", name)), {
             "benchmark": benchmark, **body,
             "settings": {**settings, "steps": opts.steps, "warmup": opts.warmup,
-                         "repeats": opts.repeats},
+                         "repeats": opts.repeats, "overrides": opts.overrides},
             "cpu_has_bf16": bf16, "notes": notes, "provenance": provenance()})
         print(f"[bench_training] wrote {out}")
         return 0
