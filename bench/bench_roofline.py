@@ -11,6 +11,7 @@ arithmetic (elsewhere a note says why not)::
 
     python bench/bench_roofline.py                   # batch 32 -> results/bench/roofline.json
     python bench/bench_roofline.py --batch 8 --repeats 5 --top 15
+    python bench/bench_roofline.py --precisions float32 --set train.cpu_layers=fast
 """
 
 from __future__ import annotations
@@ -27,10 +28,19 @@ def main(argv=None) -> int:
     p.add_argument("--precisions", nargs="+", choices=["float32", "bfloat16"],
                    help="default: float32, plus bfloat16 where the CPU has bfloat16 arithmetic")
     p.add_argument("--top", type=int, default=12, help="layers in the printed table")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="sets",
+                   help="a setting of the profiled configuration (e.g. train.cpu_layers=fast)")
     p.add_argument("--output", default="results/bench/roofline.json")
     opts = p.parse_args(argv)
 
     from gan3d import config, runtime
+    from gan3d.exceptions import ConfigError
+
+    try:  # a wrong key or value: a named error before anything runs
+        overrides = config.parse_overrides(opts.sets)
+        config.resolve("quick", overrides)
+    except ConfigError as exc:
+        p.error(str(exc))
     from gan3d.io import provenance, write_json
     from gan3d.paths import resolve_path
     from gan3d.scaling import experiments, roofline
@@ -47,7 +57,8 @@ def main(argv=None) -> int:
     out = resolve_path(opts.output)
     profiles = {}
     for prec in opts.precisions:
-        cfg = config.resolve("quick", {"train.batch_size": opts.batch, "train.precision": prec})
+        cfg = config.resolve("quick", {"train.batch_size": opts.batch, "train.precision": prec,
+                                       **overrides})
         print(f"[bench_roofline] {prec}, batch {opts.batch} ...", flush=True)
         profiles[prec] = experiments.layer_profile(cfg, threads=opts.threads,
                                                    repeats=opts.repeats)

@@ -82,8 +82,9 @@ class TrainConfig:
     # float32 elsewhere; a run records the precision it resolved to (train.resolved_precision).
     precision: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     # The discriminator's CPU layers (gan/cpu_layers.py: same function and weights, fewer passes
-    # over memory, other rounding). auto: under mixed precision on a CPU; fast: also in float32
-    # (faster, but its numbers are not those of the committed convergence study); keras: never.
+    # over memory, other rounding; the TensorFlow backend). auto: under mixed precision on a CPU;
+    # fast: always, float32 too (faster there, but not the committed convergence study's
+    # numbers); keras: never.
     cpu_layers: Literal["auto", "fast", "keras"] = "auto"
     steps_per_epoch: int = 0  # 0: one pass over the training shard
     monitor_showers: int = 32  # physics monitors each epoch: showers per monitor energy (0: off)

@@ -151,8 +151,8 @@ def build_step(cfg: Config):
     # On a CPU the memory-bound LeakyReLU, BatchNorm and Dropout run faster in float32 under a
     # mixed policy, and the discriminator's CPU layers (gan/cpu_layers.py) in fewer passes.
     ew = "float32" if policy and gpu is None else None
-    fast = gpu is None and (cfg.train.cpu_layers == "fast"
-                            or (cfg.train.cpu_layers == "auto" and policy is not None))
+    fast = cfg.train.cpu_layers == "fast" or (
+        cfg.train.cpu_layers == "auto" and policy is not None and gpu is None)
     t = cfg.train
     return GanStep(build_generator(dtype=policy, elementwise=ew),
                    build_discriminator(dtype=policy, elementwise=ew, fast_cpu=fast),
