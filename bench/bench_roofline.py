@@ -35,15 +35,15 @@ def main(argv=None) -> int:
 
     from gan3d import config, runtime
     from gan3d.exceptions import ConfigError
+    from gan3d.io import provenance, write_json
+    from gan3d.paths import resolve_path
+    from gan3d.scaling import experiments, roofline
 
     try:  # a wrong key or value: a named error before anything runs
         overrides = config.parse_overrides(opts.sets)
         config.resolve("quick", overrides)
     except ConfigError as exc:
         p.error(str(exc))
-    from gan3d.io import provenance, write_json
-    from gan3d.paths import resolve_path
-    from gan3d.scaling import experiments, roofline
 
     bf16 = runtime.cpu_has_bf16()
     notes = {}

@@ -343,13 +343,11 @@ def main(argv=None) -> int:
         guard(worker, json.loads(opts.worker[0]), opts.worker[1])
         return 0
     from gan3d.config import parse_overrides, resolve
-    from gan3d.io import provenance, write_json
-    from gan3d.gan.model import step_flops
-    from gan3d.paths import resolve_path
-
-    from gan3d.runtime import cpu_has_bf16
-
     from gan3d.exceptions import ConfigError
+    from gan3d.gan.model import step_flops
+    from gan3d.io import provenance, write_json
+    from gan3d.paths import resolve_path
+    from gan3d.runtime import cpu_has_bf16
 
     try:  # a wrong key or value: a named error before any launch
         opts.overrides = parse_overrides(opts.sets)
