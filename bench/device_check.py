@@ -4,7 +4,7 @@ On a machine with a GPU (or TPU) and JAX, without TensorFlow (``tools/device_che
 Keras and the few pure-Python packages it needs from carried wheels), this script
 
 1. measures the device's matmul ceiling (a large matrix product in the training precision);
-2. builds the paper-profile 3DGAN and its data-parallel step (:class:`gan3d.gan.jax_step.JaxStep`,
+2. builds the paper-profile 3DGAN and its data-parallel step (:class:`gan3d.gan.jax.step.JaxStep`,
    one process, every local device on the ``workers`` axis), compiles it, and times ``--steps``
    full training steps at ``--batch`` showers per device: showers/s, TFLOP/s by the model's FLOP
    count (:func:`gan3d.gan.model.step_flops`), the share of the matmul ceiling (and of a vendor
@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     import jax
     import keras
 
-    from gan3d.gan import jax_training
+    from gan3d.gan.jax.backend import BACKEND as jax_backend
     from gan3d.gan.model import save_discriminator, save_generator, step_flops
 
     out = ensure_dir(opts.output)
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = config.resolve(opts.profile, {"train.backend": "jax", "train.batch_size": opts.batch,
                                         "train.precision": opts.precision,
                                         "train.seed": opts.seed})
-    cfg = jax_training._precision(cfg)
+    cfg = jax_backend.resolve(cfg)
     precision = cfg.train.precision
     report = {"device": {"platform": devices[0].platform, "kind": devices[0].device_kind,
                          "count": n_dev},
@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     if opts.pool < global_batch:
         ap.error(f"--pool {opts.pool} is smaller than one global batch ({global_batch})")
 
-    step = jax_training.build_step(cfg)
+    step = jax_backend.build_step(cfg)
     lr = cfg.train.learning_rate * (n_dev if cfg.train.scale_lr else 1)  # lr x devices
     step.set_learning_rate(lr)
     step.reseed(cfg.train.seed, 0, 0)

@@ -36,6 +36,24 @@ def test_history_round_trip_and_rewrite(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["history.jsonl"]  # no temporary left
 
 
+def test_a_row_names_its_format_and_a_newer_format_is_refused(tmp_path):
+    import typing
+
+    from gan3d.exceptions import CheckpointError
+
+    # The typed record has every field the history promises, and no other besides local SGD's.
+    hints = set(typing.get_type_hints(history.HistoryRow))
+    assert set(history.HISTORY_FIELDS) <= hints
+    assert hints - set(history.HISTORY_FIELDS) == {"sync_every", "syncs", "time_sync_s"}
+    path = tmp_path / "history.jsonl"
+    old = {k: v for k, v in _row(1).items() if k != "schema"}  # gan3d 0.2: format 0
+    history.write_history(path, [old, _row(2, schema=history.HISTORY_SCHEMA)])
+    assert len(history.read_history(path)) == 2
+    history.write_history(path, [_row(1, schema=history.HISTORY_SCHEMA + 1)])
+    with pytest.raises(CheckpointError, match=f"history format {history.HISTORY_SCHEMA + 1}"):
+        history.read_history(path)
+
+
 def test_tensorboard_writes_every_number(tmp_path):
     tf = pytest.importorskip("tensorflow")
     history.TensorBoard(tmp_path).write(_row(3, d_loss=1.5))

@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gan3d.gan import step
+from gan3d.gan import losses, step
 
 
 def test_ecal_target_is_the_published_fit():
     from gan3d.data.calorimeter import sampling_fraction_fit
 
     e_gev = np.array([10.0, 100.0, 250.0, 500.0])
-    got = np.asarray(step.ecal_target(e_gev / 100.0))
+    got = np.asarray(losses.ecal_target(e_gev / 100.0))
     # Network units: GeV x 100 of the deposited energy E x sampling fraction.
     np.testing.assert_allclose(got, e_gev * sampling_fraction_fit(e_gev) * 100.0, rtol=1e-5)
     assert got[0] / 100 == pytest.approx(10.0 * 0.0218, rel=0.01)  # 2.2 % at 10 GeV
@@ -23,10 +23,10 @@ def test_losses_match_keras_definitions():
 
     y = np.array([1.0, 0.0, 1.0, 0.0], dtype=np.float32)
     p = np.array([0.9, 0.2, 1.0, 0.0], dtype=np.float32)
-    ours = np.asarray(step._bce(y, p))
+    ours = np.asarray(losses.bce(y, p))
     ref = np.asarray(keras.losses.binary_crossentropy(y[:, None], p[:, None]))
     np.testing.assert_allclose(ours, ref, rtol=1e-5)
-    np.testing.assert_allclose(np.asarray(step._mape(np.float32(2.0), np.float32(1.5))), 25.0)
+    np.testing.assert_allclose(np.asarray(losses.mape(np.float32(2.0), np.float32(1.5))), 25.0)
 
 
 def test_draws_shapes_ranges_and_five_percent_flips(gan_step):
@@ -77,10 +77,40 @@ def test_one_step_updates_every_weight_of_both_networks(gan_step):
                                            + gan_step.d.trainable_variables, before, after)
                  if np.array_equal(a, b)]
     assert unchanged == []
-    # The weighted totals are the weighted sums of their parts, for D and for G.
-    w = gan_step.weights
-    assert losses[0] == pytest.approx(w[0] * losses[1] + w[1] * losses[2] + w[2] * losses[3], rel=1e-5)
-    assert losses[4] == pytest.approx(w[0] * losses[5] + w[1] * losses[6] + w[2] * losses[7], rel=1e-5)
+    # The step's losses computed here from the networks' outputs, with the textbook BCE and MAPE
+    # and the reference's weights 2, 0.1, 0.1: at learning rate 0 and in inference mode every
+    # update sees the same networks, so D's record is the mean of its real and fake batches and
+    # G's of its two batches. Labels: real 1, fake 0, each flipped where the draw says so.
+    from gan3d.data.calorimeter import sampling_fraction_fit
+
+    b, rng = 2, np.random.default_rng(7)
+    draws = {"flip_real": np.array([True, True]), "flip_fake": np.array([False, True]),
+             "e_fake": rng.uniform(0.1, 5.0, b).astype(np.float32),
+             "z_fake": rng.standard_normal((b, 200)).astype(np.float32),
+             "e_gen": rng.uniform(0.1, 5.0, (2, b)).astype(np.float32),
+             "z_gen": rng.standard_normal((2, b, 200)).astype(np.float32)}
+    batch = _batch(b, 3)
+    gan_step.set_learning_rate(0.0)
+    got = np.asarray(gan_step.train_step(batch, draws, training=False), np.float64)
+    gan_step.set_learning_rate(1e-3)
+
+    def record(image, labels, e, ecal):  # [total, BCE, MAPE(E), MAPE(ECAL)] of one batch
+        p, aux, total = (np.asarray(t, np.float64)[:, 0] for t in gan_step.d(image, training=False))
+        bce = -(labels * np.log(p) + (1 - labels) * np.log(1 - p))
+        parts = [bce.mean(), *(100 * np.mean(np.abs(y - x) / np.abs(y)) for y, x in
+                               ((e, aux), (ecal, total)))]
+        return np.array([2.0 * parts[0] + 0.1 * parts[1] + 0.1 * parts[2], *parts])
+
+    def fakes(e, z):  # G's showers of E = 100 e GeV and their ECAL target E x fit(E) x 100
+        shower = gan_step.g(e[:, None] * z, training=False)
+        return shower, 100 * e * sampling_fraction_fit(100 * e) * 100
+
+    fake, target = fakes(draws["e_fake"], draws["z_fake"])
+    d = (record(batch["image"], np.array([0.0, 0.0]), batch["energy"], batch["ecal_sum"])
+         + record(fake, np.array([0.0, 1.0]), draws["e_fake"], target)) / 2
+    g = sum(record(f, np.ones(b), draws["e_gen"][i], t) for i in range(2)
+            for f, t in [fakes(draws["e_gen"][i], draws["z_gen"][i])]) / 2
+    np.testing.assert_allclose(got, np.concatenate([d, g]), rtol=2e-4)
 
 
 def test_evaluation_sums_do_not_change_the_model(gan_step):

@@ -62,7 +62,7 @@ def run(backend: str, steps: int, batch: int, init: Path, output: Path) -> None:
         os.environ["KERAS_BACKEND"] = "jax"
     from ..parallel import distributed
 
-    world = distributed.init_jax() if backend == "jax" else distributed.init()
+    world = distributed.init_jax() if backend == "jax" else distributed.init()  # DISTRIBUTED
     import keras
 
     from .model import build_discriminator, build_generator
@@ -70,7 +70,7 @@ def run(backend: str, steps: int, batch: int, init: Path, output: Path) -> None:
     keras.utils.set_random_seed(1)
     g, d = build_generator(), build_discriminator()
     if backend == "jax":
-        from .jax_step import JaxStep as Step
+        from .jax.step import JaxStep as Step
     else:
         from .step import GanStep as Step
     step = Step(g, d, seed=1)
@@ -85,7 +85,7 @@ def run(backend: str, steps: int, batch: int, init: Path, output: Path) -> None:
     elif world.is_root:
         np.savez(init, **{key: v.numpy() for key, v in variables.items()})
     if backend == "jax":
-        step.broadcast_state()
+        step.broadcast_state()  # DISTRIBUTED
     batches, draws = inputs(steps, batch)
     losses = [np.asarray(step.train_step(_share(b, world.rank, world.size),
                                          _share(r, world.rank, world.size), training=False))
@@ -99,12 +99,10 @@ def run(backend: str, steps: int, batch: int, init: Path, output: Path) -> None:
 
 def _keys(step) -> list[str]:
     """Names of the step's model variables that are equal on both backends: model and path."""
+    from .losses import is_seed  # keras: imported once the backend is chosen
+
     return [("g/" if i < n_g else "d/") + v.path for i, v in enumerate(step.model_variables())
-            for n_g in [sum(not _seed(u) for u in step.g.variables)]]
-
-
-def _seed(v) -> bool:
-    return v.path.endswith("seed_generator_state")
+            for n_g in [sum(not is_seed(u) for u in step.g.variables)]]
 
 
 def time_steps(backend: str, steps: int, warmup: int, batch: int, output: Path) -> None:
@@ -117,24 +115,24 @@ def time_steps(backend: str, steps: int, warmup: int, batch: int, output: Path) 
         os.environ["KERAS_BACKEND"] = "jax"
     from ..parallel import distributed
 
-    world = distributed.init_jax() if backend == "jax" else distributed.init()
+    world = distributed.init_jax() if backend == "jax" else distributed.init()  # DISTRIBUTED
     import keras
 
     from .model import build_discriminator, build_generator
 
     keras.utils.set_random_seed(1)
     if backend == "jax":
-        from .jax_step import JaxStep as Step
+        from .jax.step import JaxStep as Step
     else:
         from .step import GanStep as Step
     step = Step(build_generator(), build_discriminator(), seed=1)
-    step.broadcast_state()
+    step.broadcast_state()  # DISTRIBUTED
     step.reseed(1, world.rank, 0)
     batches, _ = inputs(1, batch * world.size, seed=world.rank)
     mine = _share(batches[0], world.rank, world.size)
     for _ in range(warmup):
         np.asarray(step.train_step(mine))
-    distributed.barrier()
+    distributed.barrier()  # DISTRIBUTED: start the timed steps together
     t0 = time.perf_counter()
     for _ in range(steps):
         np.asarray(step.train_step(mine))  # the losses on the host: each step has finished

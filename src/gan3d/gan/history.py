@@ -10,29 +10,80 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TypedDict
 
 import numpy as np
 
 from .. import console
+from ..exceptions import CheckpointError
 from ..io import atomic_path, ensure_dir
 
 log = console.get_logger(__name__)
 
-__all__ = ["LOSSES", "HISTORY_FIELDS", "read_history", "write_history", "TensorBoard", "Progress"]
+__all__ = ["LOSSES", "HISTORY_FIELDS", "HISTORY_SCHEMA", "HistoryRow", "read_history",
+           "write_history", "TensorBoard", "Progress"]
 
 LOSSES = ("d_loss", "d_bce", "d_aux", "d_ecal", "g_loss", "g_bce", "g_aux", "g_ecal")
 HISTORY_FIELDS = ("epoch", "lr", *LOSSES, *("test_" + n for n in LOSSES), "eval_mode",
                   "time_train_s", "time_eval_s", "time_epoch_s", "timed", "showers_per_s",
                   "workers", "steps", "batch_size", "precision", "threads", "showers_seen",
-                  "time_monitor_s")
-# After these, a row may hold the physics monitors ``mon_*`` (gan3d.validation.monitors).
+                  "time_monitor_s", "schema")
+# After these, a row holds local SGD's counters and may hold the physics monitors ``mon_*``
+# (gan3d.validation.monitors).
+HISTORY_SCHEMA = 1  # the row's format; rows without the field are of format 0 (gan3d <= 0.2)
 
 
-def read_history(path: str | Path) -> list[dict]:
-    """The rows of a ``history.jsonl`` (or of the folder holding it)."""
+class HistoryRow(TypedDict, total=False):
+    """One epoch of ``history.jsonl`` (the meaning of each field: :mod:`gan3d.gan.training`)."""
+
+    epoch: int
+    lr: float
+    d_loss: float
+    d_bce: float
+    d_aux: float
+    d_ecal: float
+    g_loss: float
+    g_bce: float
+    g_aux: float
+    g_ecal: float
+    test_d_loss: float | None
+    test_d_bce: float | None
+    test_d_aux: float | None
+    test_d_ecal: float | None
+    test_g_loss: float | None
+    test_g_bce: float | None
+    test_g_aux: float | None
+    test_g_ecal: float | None
+    eval_mode: str
+    time_train_s: float
+    time_eval_s: float
+    time_epoch_s: float
+    timed: bool
+    showers_per_s: float
+    workers: int
+    steps: int
+    batch_size: int
+    precision: str
+    threads: int
+    showers_seen: int
+    time_monitor_s: float
+    schema: int
+    sync_every: int
+    syncs: int
+    time_sync_s: float
+
+
+def read_history(path: str | Path) -> list[HistoryRow]:
+    """The rows of a ``history.jsonl`` (or of the folder holding it). Rows of a newer format
+    than :data:`HISTORY_SCHEMA` are refused (a newer gan3d wrote them)."""
     path = Path(path)
     path = path / "history.jsonl" if path.is_dir() else path
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    newer = sorted({r.get("schema", 0) for r in rows if r.get("schema", 0) > HISTORY_SCHEMA})
+    if newer:
+        raise CheckpointError(f"{path} holds rows of history format {newer[0]}, newer than this "
+                              f"gan3d's {HISTORY_SCHEMA}: read it with the gan3d that wrote it")
+    return rows
 
 
 def write_history(path: str | Path, rows: list[dict]) -> Path:

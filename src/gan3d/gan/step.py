@@ -1,6 +1,10 @@
-"""One 3DGAN training step, data-parallel: the losses, the four updates, the evaluation.
+"""The Horovod backend: one 3DGAN training step on TensorFlow, gradients all-reduced by Horovod.
 
-The step is the reference trainer's (``svalleco/3Dgan``, ``Energy-gan``), one compiled function:
+The step is the reference trainer's (``svalleco/3Dgan``, ``Energy-gan``), one compiled function;
+its order, losses and draws are :mod:`gan3d.gan.losses`' (shared with the JAX backend), the
+optimisers and the state order :class:`gan3d.gan.backend.Step`'s. This module adds the gradient
+tapes, the all-reduces and float16's loss scaling, and :class:`HorovodBackend`, which the
+training loop (:mod:`gan3d.gan.training`) plugs in for ``train.backend: horovod``:
 
 1. D on a real batch: labels 1 (each flipped with p = ``label_flip``), targets E/100 and the
    batch's ECAL sums; one RMSprop update of D.
@@ -26,94 +30,49 @@ how the tests control noise per sample rather than per rank.
 from __future__ import annotations
 
 import functools
-from typing import Sequence
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from ..data.calorimeter import NETWORK_SCALE, SAMPLING_FIT_PERCENT
-from ..parallel import distributed
+from ..config import Config, resolved_precision
+from ..parallel import devices, distributed
+from . import losses
+from .backend import Step
 from .history import LOSSES as LOSS_NAMES
 
-__all__ = ["E_RANGE", "LOSS_NAMES", "EVAL_NAMES", "ecal_target", "GanStep"]
+__all__ = ["LOSS_NAMES", "EVAL_NAMES", "GanStep", "HorovodBackend", "BACKEND"]
 
-E_RANGE = (0.1, 5.0)  # primary energies of fakes, in units of 100 GeV
 EVAL_NAMES = tuple("test_" + n for n in LOSS_NAMES)
-_EPS = 1e-7  # Keras' clipping constant for BCE and MAPE
 
 
-def ecal_target(e):
-    """ECAL-sum target of a fake shower, in network units (GeV x 100), for e = E/100 (tensor)."""
-    e = keras.ops.cast(e, "float32")
-    poly = keras.ops.zeros_like(e)
-    for c in SAMPLING_FIT_PERCENT:  # Horner's rule on the published fit, in %
-        poly = poly * e + c
-    # E_GeV x poly/100 = e x poly GeV deposited; the network sees GeV x 100.
-    return e * poly * NETWORK_SCALE
-
-
-def _bce(y, p):
-    p = keras.ops.clip(p, _EPS, 1.0 - _EPS)
-    return -(y * keras.ops.log(p) + (1.0 - y) * keras.ops.log(1.0 - p))
-
-
-def _mape(y, p):
-    return 100.0 * keras.ops.abs(y - p) / keras.ops.maximum(keras.ops.abs(y), _EPS)
-
-
-def _parts(outputs, labels, energy, ecal):
-    """Per-sample losses (each (b,)) of the three heads against their targets."""
-    p, aux, total = (keras.ops.cast(o[:, 0], "float32") for o in outputs)
-    return [_bce(labels, p), _mape(energy, aux), _mape(ecal, total)]
-
-
-class GanStep:
+class GanStep(Step):
     """The models, their two RMSprop optimisers, and the compiled step of one rank."""
 
     def __init__(self, generator: keras.Model, discriminator: keras.Model, *,
-                 loss_weights: Sequence[float] = (2.0, 0.1, 0.1), label_flip: float = 0.05,
-                 learning_rate: float = 1e-3, rho: float = 0.9, seed: int = 0,
-                 loss_scale: bool = False):
-        self.g, self.d = generator, discriminator
-        self.latent_size = int(generator.input_shape[-1])
-        self.weights = [float(w) for w in loss_weights]
-        self.label_flip = float(label_flip)
-        self.g_opt = keras.optimizers.RMSprop(learning_rate, rho=rho)
-        self.d_opt = keras.optimizers.RMSprop(learning_rate, rho=rho)
+                 loss_scale: bool = False, **settings):
+        # float16: small gradients would underflow to zero unscaled. Dynamic loss scaling: the
+        # loss is multiplied by the scale before the gradients, which are divided by it after
+        # the all-reduce; a step whose gradients are not finite is skipped and the scale halved
+        # (every rank sees the same all-reduced gradients, so every rank skips alike); it
+        # doubles after 2,000 finite steps.
         self.loss_scale = bool(loss_scale)
-        if self.loss_scale:  # float16: small gradients would underflow to zero unscaled
-            # Dynamic loss scaling: the loss is multiplied by the scale before the gradients,
-            # which are divided by it after the all-reduce; a step whose gradients are not finite
-            # is skipped and the scale halved (every rank sees the same all-reduced gradients,
-            # so every rank skips alike); it doubles after 2,000 finite steps.
-            self.g_opt = keras.optimizers.LossScaleOptimizer(self.g_opt)
-            self.d_opt = keras.optimizers.LossScaleOptimizer(self.d_opt)
-        # Built now, so their state exists before it is broadcast from rank 0.
-        self.g_opt.build(self.g.trainable_variables)
-        self.d_opt.build(self.d.trainable_variables)
-        self.noise = keras.random.SeedGenerator(seed)
+        super().__init__(generator, discriminator, **settings)
+        self.noise = keras.random.SeedGenerator(settings.get("seed", 0))
         self._train = tf.function(self._train_step, reduce_retracing=True)
         self._train_local = tf.function(functools.partial(self._train_step, local=True),
                                         reduce_retracing=True)
         self._eval = tf.function(self._eval_sums, reduce_retracing=True)
         self._grads = tf.function(self._gradients, reduce_retracing=True)
 
+    def wrap_optimizer(self, optimizer):
+        return keras.optimizers.LossScaleOptimizer(optimizer) if self.loss_scale else optimizer
+
     # -- state ------------------------------------------------------------------------------
     def seed_variables(self) -> list:
         """Seed-generator states (step noise, D's dropout): per rank, never broadcast."""
-        return [self.noise.state] + [v for v in self.d.variables if _is_seed(v)]
-
-    def model_variables(self) -> list:
-        """Every weight and BatchNorm statistic of G and D (no seed states)."""
-        return [v for v in self.g.variables + self.d.variables if not _is_seed(v)]
-
-    def optimizer_variables(self) -> list:
-        return list(self.g_opt.variables) + list(self.d_opt.variables)
-
-    def state_variables(self) -> list:
-        """What makes two ranks (or a resumed run) identical: models and optimisers."""
-        return self.model_variables() + self.optimizer_variables()
+        return [self.noise.state] + [v for v in self.g.variables + self.d.variables
+                                     if losses.is_seed(v)]
 
     def broadcast_state(self) -> None:
         distributed.broadcast(self.state_variables(), root_rank=0)  # DISTRIBUTED
@@ -138,9 +97,9 @@ class GanStep:
 
     def reseed(self, seed: int, rank: int, epoch: int) -> None:
         """Set every seed state from (seed, rank, epoch): different per rank, exact on resume."""
-        seeds = np.random.SeedSequence([seed, rank, epoch]).generate_state(len(self.seed_variables()))
-        for v, s in zip(self.seed_variables(), seeds):
-            v.assign(np.array([int(s) & 0x7FFFFFFF, 0], dtype=v.dtype))
+        variables = self.seed_variables()
+        for v, words in zip(variables, self.seed_words(seed, rank, epoch, len(variables))):
+            v.assign(words.astype(v.dtype))
 
     def set_learning_rate(self, lr: float) -> None:
         for opt in (self.g_opt, self.d_opt):
@@ -149,15 +108,9 @@ class GanStep:
     # -- the step ---------------------------------------------------------------------------
     def draw(self, batch_size: int) -> dict:
         """The random inputs of one step for a batch of ``batch_size`` (tensors)."""
-        b, n, sg = batch_size, self.latent_size, self.noise
-        return {
-            "flip_real": keras.random.uniform((b,), seed=sg) < self.label_flip,
-            "flip_fake": keras.random.uniform((b,), seed=sg) < self.label_flip,
-            "e_fake": keras.random.uniform((b,), *E_RANGE, seed=sg),
-            "z_fake": keras.random.normal((b, n), seed=sg),
-            "e_gen": keras.random.uniform((2, b), *E_RANGE, seed=sg),
-            "z_gen": keras.random.normal((2, b, n), seed=sg),
-        }
+        sg = self.noise
+        return self.draws_from(lambda shape, lo, hi: keras.random.uniform(shape, lo, hi, seed=sg),
+                               lambda shape: keras.random.normal(shape, seed=sg), batch_size)
 
     def train_step(self, batch: dict, draws: dict | None = None, *, training: bool = True,
                    local: bool = False):
@@ -171,65 +124,53 @@ class GanStep:
         return (self._train_local if local else self._train)(batch, draws, training)
 
     def _train_step(self, batch, draws, training, local=False):
-        image = keras.ops.cast(batch["image"], "float32")
-        energy = keras.ops.cast(keras.ops.reshape(batch["energy"], (-1,)), "float32")
-        ecal = keras.ops.cast(keras.ops.reshape(batch["ecal_sum"], (-1,)), "float32")
+        image, energy, ecal = _inputs(batch)
         if draws is None:
             draws = self.draw(keras.ops.shape(image)[0])
-        ones = keras.ops.ones_like(energy)
-        # 1. D on real showers, 5 % of the labels flipped.
-        real = self._d_update(image, _flip(ones, draws["flip_real"]), energy, ecal, training, local)
-        # 2. D on fakes made by G in inference mode (the reference's generator.predict).
-        e_f = keras.ops.cast(draws["e_fake"], "float32")
-        fake = self.g(e_f[:, None] * draws["z_fake"], training=False)
-        fake_l = self._d_update(fake, _flip(0.0 * ones, draws["flip_fake"]), e_f, ecal_target(e_f),
-                                training, local)
-        # 3. G twice through D, which it tries to convince that its showers are real.
-        gen = [self._g_update(draws["z_gen"][i], draws["e_gen"][i], training, local)
-               for i in range(2)]
-        losses = keras.ops.concatenate([(real + fake_l) / 2.0, (gen[0] + gen[1]) / 2.0])
+        step_losses = losses.gan_step(
+            image, energy, ecal, draws,
+            d_update=lambda x, labels, e, ec: self._d_update(x, labels, e, ec, training, local),
+            g_update=lambda z, e: self._g_update(z, e, training, local),
+            generate=lambda latent: self.g(latent, training=False))
         if local:
-            return losses
-        return distributed.allreduce(losses, "mean", name="step_losses")  # DISTRIBUTED
-
-    def _total(self, parts):
-        means = [keras.ops.mean(p) for p in parts]
-        total = sum(w * m for w, m in zip(self.weights, means))
-        return total, keras.ops.stack([total, *means])
+            return step_losses
+        return distributed.allreduce(step_losses, "mean", name="step_losses")  # DISTRIBUTED
 
     def _d_grads(self, image, labels, energy, ecal, training, local=False):
         variables = self.d.trainable_variables
         with tf.GradientTape() as tape:
-            total, losses = self._total(_parts(self.d(image, training=training), labels, energy, ecal))
+            total, record = self.weighted_losses(
+                losses.parts(self.d(image, training=training), labels, energy, ecal))
             if self.loss_scale:
                 total = self.d_opt.scale_loss(total)
         grads = tape.gradient(total, variables)
         if local:
-            return grads, losses
-        return distributed.average(grads), losses  # DISTRIBUTED: ring all-reduce, mean over ranks
+            return grads, record
+        return distributed.average(grads), record  # DISTRIBUTED: ring all-reduce, mean over ranks
 
     def _g_grads(self, z, e, training, local=False):
         e = keras.ops.cast(e, "float32")
         with tf.GradientTape() as tape:
             fake = self.g(e[:, None] * z, training=training)
             out = self.d(fake, training=training)
-            total, losses = self._total(_parts(out, keras.ops.ones_like(e), e, ecal_target(e)))
+            total, record = self.weighted_losses(
+                losses.parts(out, keras.ops.ones_like(e), e, losses.ecal_target(e)))
             if self.loss_scale:
                 total = self.g_opt.scale_loss(total)
         grads = tape.gradient(total, self.g.trainable_variables)
         if local:
-            return grads, losses
-        return distributed.average(grads), losses  # DISTRIBUTED: ring all-reduce, mean over ranks
+            return grads, record
+        return distributed.average(grads), record  # DISTRIBUTED: ring all-reduce, mean over ranks
 
     def _d_update(self, image, labels, energy, ecal, training, local):
-        grads, losses = self._d_grads(image, labels, energy, ecal, training, local)
+        grads, record = self._d_grads(image, labels, energy, ecal, training, local)
         self.d_opt.apply(grads, self.d.trainable_variables)
-        return losses
+        return record
 
     def _g_update(self, z, e, training, local):
-        grads, losses = self._g_grads(z, e, training, local)
+        grads, record = self._g_grads(z, e, training, local)
         self.g_opt.apply(grads, self.g.trainable_variables)
-        return losses
+        return record
 
     def gradients(self, batch: dict, draws: dict, *, training: bool = True):
         """Rank-averaged gradients of the step's first D update (real batch) and first G update,
@@ -237,49 +178,79 @@ class GanStep:
         return self._grads(batch, draws, training)
 
     def _gradients(self, batch, draws, training):
-        image = keras.ops.cast(batch["image"], "float32")
-        energy = keras.ops.cast(keras.ops.reshape(batch["energy"], (-1,)), "float32")
-        ecal = keras.ops.cast(keras.ops.reshape(batch["ecal_sum"], (-1,)), "float32")
-        labels = _flip(keras.ops.ones_like(energy), draws["flip_real"])
+        image, energy, ecal = _inputs(batch)
+        labels = losses.flip(keras.ops.ones_like(energy), draws["flip_real"])
         d_grads, _ = self._d_grads(image, labels, energy, ecal, training)
         g_grads, _ = self._g_grads(draws["z_gen"][0], draws["e_gen"][0], training)
         return d_grads, g_grads
 
     # -- evaluation -------------------------------------------------------------------------
     def eval_sums(self, batch: dict, draws: dict):
-        """Summed test losses of one batch, in inference mode, as the reference evaluated them.
-
-        D on the real batch and as many fakes; the combined model (G then D, target "real") on
-        twice as many fresh fakes. ``draws`` needs ``e_fake``, ``z_fake`` and ``e_gen``/``z_gen``
-        of shape (2, b[, 200]). Returns (8,) sums: D total, bce, aux, ecal over 2b samples, then the
-        same for G over 2b samples; divide by the sample counts after summing over batches/ranks.
-        """
+        """Summed test losses of one batch, in inference mode (:func:`gan3d.gan.losses.eval_sums`):
+        (8,) sums, D's over 2b samples then G's over 2b; divide by the sample counts after summing
+        over batches and ranks."""
         return self._eval(batch, draws)
 
     def _eval_sums(self, batch, draws):
-        image = keras.ops.cast(batch["image"], "float32")
-        energy = keras.ops.cast(keras.ops.reshape(batch["energy"], (-1,)), "float32")
-        ecal = keras.ops.cast(keras.ops.reshape(batch["ecal_sum"], (-1,)), "float32")
-        e_f = keras.ops.cast(draws["e_fake"], "float32")
-        fake = self.g(e_f[:, None] * draws["z_fake"], training=False)
-        d_real = _parts(self.d(image, training=False), keras.ops.ones_like(energy), energy, ecal)
-        d_fake = _parts(self.d(fake, training=False), keras.ops.zeros_like(e_f), e_f, ecal_target(e_f))
-        d = [keras.ops.concatenate([a, b]) for a, b in zip(d_real, d_fake)]
-        e_g = keras.ops.cast(keras.ops.reshape(draws["e_gen"], (-1,)), "float32")
-        z_g = keras.ops.reshape(draws["z_gen"], (-1, self.latent_size))
-        out = self.d(self.g(e_g[:, None] * z_g, training=False), training=False)
-        g = _parts(out, keras.ops.ones_like(e_g), e_g, ecal_target(e_g))
-        sums = []
-        for parts in (d, g):
-            s = [keras.ops.sum(p) for p in parts]
-            sums += [sum(w * x for w, x in zip(self.weights, s)), *s]
-        return keras.ops.stack(sums)
+        image, energy, ecal = _inputs(batch)
+        return losses.eval_sums(self.weights, lambda x: self.g(x, training=False),
+                                lambda x: self.d(x, training=False), image, energy, ecal, draws,
+                                self.latent_size)
 
 
-def _flip(labels, flips):
-    """Labels with the selected entries flipped (0 <-> 1)."""
-    return keras.ops.where(flips, 1.0 - labels, labels)
+def _inputs(batch):
+    """(image, energy, ecal_sum) of a batch as float32 tensors, energies and sums flat (b,)."""
+    image = keras.ops.cast(batch["image"], "float32")
+    energy = keras.ops.cast(keras.ops.reshape(batch["energy"], (-1,)), "float32")
+    ecal = keras.ops.cast(keras.ops.reshape(batch["ecal_sum"], (-1,)), "float32")
+    return image, energy, ecal
 
 
-def _is_seed(v) -> bool:
-    return v.path.endswith("seed_generator_state")
+# ---------------------------------------------------------------------------------------------
+# The Horovod backend (train.backend: horovod)
+
+
+class HorovodBackend:
+    """TensorFlow with Horovod's all-reduce (:mod:`gan3d.gan.backend`'s contract)."""
+
+    name = "horovod"
+
+    def prepare(self) -> None:
+        pass
+
+    def check(self, cfg: Config) -> None:
+        pass
+
+    def init(self):
+        return distributed.init()  # DISTRIBUTED: first thing, before TensorFlow runs an op
+
+    def resolve(self, cfg: Config) -> Config:
+        return resolved_precision(cfg, _gpu())
+
+    def build_step(self, cfg: Config) -> GanStep:
+        from .model import build_discriminator, build_generator
+
+        keras.utils.set_random_seed(cfg.train.seed)  # rank 0's initial weights; then broadcast
+        gpu = _gpu()
+        precision = resolved_precision(cfg, gpu).train.precision
+        policy = None if precision == "float32" else f"mixed_{precision}"
+        # On a CPU the memory-bound LeakyReLU, BatchNorm and Dropout run faster in float32 under
+        # a mixed policy, and the discriminator's CPU layers (gan/cpu_layers.py) in fewer passes.
+        ew = "float32" if policy and gpu is None else None
+        fast = cfg.train.cpu_layers == "fast" or (
+            cfg.train.cpu_layers == "auto" and policy is not None and gpu is None)
+        t = cfg.train
+        return GanStep(build_generator(dtype=policy, elementwise=ew),
+                       build_discriminator(dtype=policy, elementwise=ew, fast_cpu=fast),
+                       loss_weights=t.loss_weights, label_flip=t.label_flip,
+                       learning_rate=t.learning_rate, rho=t.rho, seed=t.seed,
+                       loss_scale=precision == "float16")
+
+
+def _gpu() -> tuple[int, int] | None:
+    """Compute capability of the GPU this rank was pinned to (None: CPU)."""
+    gpu = devices.pinned()
+    return gpu["compute_capability"] if gpu else None
+
+
+BACKEND = HorovodBackend()

@@ -1,11 +1,18 @@
-"""Data-parallel training of 3DGAN with Horovod: one ``train(config)`` for every launcher.
+"""Data-parallel training of 3DGAN: one ``train(config)`` for every launcher and both backends.
 
 One process per worker, all running the same function; world size 1 is the same code path::
 
     gan3d train --profile quick --workers 2          # the CLI launches 2 MPI ranks itself
     mpirun -np 4 python -m gan3d train --profile paper
     horovodrun -np 4 python -m gan3d train --profile paper
+    gan3d train --workers 2 --backend jax            # Keras on JAX, jax.distributed
     train_on_engines(cfg, workers=2)                 # ipyparallel MPI engines (parallel.cluster)
+
+The backend (``train.backend``: Horovod on TensorFlow, or JAX) plugs in how the processes join,
+how ``auto`` precision resolves and the step itself (:mod:`gan3d.gan.backend`); everything else
+here - data shards, learning-rate rules, evaluation, monitors, history, checkpoints - is one code
+for both. This module imports neither TensorFlow nor Keras at import time: the JAX backend sets
+Keras' backend first.
 
 The canonical Horovod order: ``distributed.init()`` first (threads = cores / local ranks, MPI
 yielding), learning rate x workers (optionally warmed up linearly), a disjoint data shard per rank
@@ -43,26 +50,22 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-import keras
 import numpy as np
-import tensorflow as tf
 
 from .. import console
-from ..config import Config, lr_factor, resolved_precision, to_dict
+from ..config import Config, lr_factor, to_dict
 from ..data import files, sharding
 from ..data.generate import generate_dataset
 from ..exceptions import CheckpointError, Gan3dError, NonFiniteLoss
 from ..io import ensure_dir, provenance, remove_temporaries, write_json
-from ..parallel import devices, distributed
+from ..parallel import distributed
 from ..paths import resolve_path
 from ..validation import monitors
-from . import checkpoints
-from .local_sgd import LocalSync
-from .history import HISTORY_FIELDS, Progress, TensorBoard, read_history, write_history
+from . import backend, checkpoints
+from .history import (HISTORY_FIELDS, HISTORY_SCHEMA, HistoryRow, Progress, TensorBoard,
+                      read_history, write_history)
 from .history import LOSSES as _LOSSES
-from .model import (build_discriminator, build_generator, generate_showers, save_discriminator,
-                    save_generator)
-from .step import E_RANGE, GanStep
+from .local_sgd import LocalSync
 
 log = console.get_logger(__name__)
 
@@ -144,27 +147,8 @@ def data_files(cfg: Config, workers: int = 1) -> tuple[list[str], list[str]]:
 
 
 def build_step(cfg: Config):
-    keras.utils.set_random_seed(cfg.train.seed)  # rank 0's initial weights; then broadcast
-    gpu = _gpu()
-    precision = resolved_precision(cfg, gpu).train.precision
-    policy = None if precision == "float32" else f"mixed_{precision}"
-    # On a CPU the memory-bound LeakyReLU, BatchNorm and Dropout run faster in float32 under a
-    # mixed policy, and the discriminator's CPU layers (gan/cpu_layers.py) in fewer passes.
-    ew = "float32" if policy and gpu is None else None
-    fast = cfg.train.cpu_layers == "fast" or (
-        cfg.train.cpu_layers == "auto" and policy is not None and gpu is None)
-    t = cfg.train
-    return GanStep(build_generator(dtype=policy, elementwise=ew),
-                   build_discriminator(dtype=policy, elementwise=ew, fast_cpu=fast),
-                   loss_weights=t.loss_weights, label_flip=t.label_flip,
-                   learning_rate=t.learning_rate, rho=t.rho, seed=t.seed,
-                   loss_scale=precision == "float16")
-
-
-def _gpu() -> tuple[int, int] | None:
-    """Compute capability of the GPU this rank was pinned to (None: CPU)."""
-    gpu = devices.pinned()
-    return gpu["compute_capability"] if gpu else None
+    """The step of ``cfg.train.backend`` with rank 0's initial weights (before the broadcast)."""
+    return backend.get(cfg.train.backend).build_step(cfg)
 
 
 def _prepare_output(cfg: Config, out: Path, resume: bool) -> None:
@@ -214,26 +198,30 @@ def train(cfg: Config, *, resume: bool = False) -> TrainResult:
     ConfigError before the first step, NonFiniteLoss at the step whose loss is NaN/inf (the last
     good checkpoint stays in place). Returns the same :class:`TrainResult` on every rank.
     """
-    world = distributed.init()  # DISTRIBUTED: first thing, before TensorFlow runs an op
-    cfg = collective(world, lambda: resolved_precision(cfg, _gpu()))  # rank 0's device decides "auto"
+    be = backend.get(cfg.train.backend)
+    be.prepare()  # the JAX backend: Keras on JAX, before keras is imported
+    be.check(cfg)
+    world = be.init()  # DISTRIBUTED: first thing, before TensorFlow or JAX runs an op
+    cfg = collective(world, lambda: be.resolve(cfg))  # DISTRIBUTED: rank 0's device decides
+    be.check(cfg)
     out = resolve_path(cfg.train.output)
-    collective(world, lambda: _prepare_output(cfg, out, resume))
-    train_files, test_files = collective(world, lambda: data_files(cfg, world.size))
+    collective(world, lambda: _prepare_output(cfg, out, resume))  # DISTRIBUTED
+    train_files, test_files = collective(world, lambda: data_files(cfg, world.size))  # DISTRIBUTED
     if world.size != cfg.train.workers:
         _say(f"running on {world.size} worker(s); train.workers = {cfg.train.workers} only tells "
              "launchers how many to start")
-    step = build_step(cfg)
+    step = be.build_step(cfg)
     start, history, resumed = 0, [], None
     if resume:
-        start, history, resumed = collective(world, lambda: _resume_state(step, cfg, out,
-                                                                          world.size))
+        start, history, resumed = collective(  # DISTRIBUTED: rank 0 reads, all restore
+            world, lambda: _resume_state(step, cfg, out, world.size))
     step.broadcast_state()  # DISTRIBUTED: models and optimiser state of rank 0 everywhere
     loop = _Loop(cfg, world, step, out, train_files, test_files, history, start)
     try:
         epoch_times = [loop.run_epoch(epoch) for epoch in range(start, cfg.train.epochs)]
     finally:
         loop.close()
-    paths = collective(world, loop.export)
+    paths = collective(world, loop.export)  # DISTRIBUTED
     return TrainResult(
         output=str(out), history=str(out / "history.jsonl"), checkpoint=paths["checkpoint"],
         generator=paths["generator"], discriminator=paths["discriminator"],
@@ -343,6 +331,8 @@ class _Loop:
         """Rank 0: the physics monitors of its generator; every rank leaves together."""
         n, out = self.cfg.train.monitor_showers, {}
         if n and self.world.is_root:
+            from .model import generate_showers
+
             energies = monitors.MONITOR_ENERGIES
             e = np.repeat(np.asarray(energies), n)
             showers = generate_showers(self.step.g, e, seed=_MONITOR_SEED, batch_size=4 * n)
@@ -353,9 +343,9 @@ class _Loop:
             distributed.barrier()  # DISTRIBUTED: the others wait here, not in the next epoch
         return out
 
-    def _row(self, epoch, lr, train_losses, test_losses, time_train, time_eval) -> dict:
+    def _row(self, epoch, lr, train_losses, test_losses, time_train, time_eval) -> HistoryRow:
         t = self.cfg.train
-        row: dict[str, Any] = {"epoch": epoch + 1, "lr": lr}
+        row: HistoryRow = {"epoch": epoch + 1, "lr": lr}
         row.update({n: float(v) for n, v in zip(_LOSSES, train_losses)})
         tests = test_losses if test_losses is not None else [None] * len(_LOSSES)
         row.update({"test_" + n: (None if v is None else float(v)) for n, v in zip(_LOSSES, tests)})
@@ -363,10 +353,10 @@ class _Loop:
                    time_epoch_s=time_train + time_eval, timed=epoch >= t.timing_warmup_epochs,
                    showers_per_s=self.steps * t.batch_size * self.world.size / time_train,
                    workers=self.world.size, steps=self.steps, batch_size=t.batch_size,
-                   precision=t.precision,
-                   threads=tf.config.threading.get_intra_op_parallelism_threads(),
+                   precision=t.precision, threads=_threads(),
                    showers_seen=(self.history[-1].get("showers_seen", 0) if self.history else 0)
-                   + self.steps * t.batch_size * self.world.size, time_monitor_s=0.0)
+                   + self.steps * t.batch_size * self.world.size, time_monitor_s=0.0,
+                   schema=HISTORY_SCHEMA)
         return row
 
     def _write(self, epoch: int, row: dict) -> None:
@@ -380,6 +370,8 @@ class _Loop:
 
     def export(self) -> dict[str, str | None]:
         """Rank 0: write the trained networks; returns their paths (run via collective)."""
+        from .model import save_discriminator, save_generator
+
         gen = save_generator(self.step.g, self.out / "generator.keras")
         disc = save_discriminator(self.step.d, self.out / "discriminator.keras")
         ckpt = checkpoints.latest_checkpoint(self.out / "checkpoints")
@@ -387,11 +379,24 @@ class _Loop:
                 "checkpoint": str(ckpt) if ckpt else None}
 
 
+def _threads() -> int:
+    """TensorFlow's intra-op threads in this process (the input pipeline's, on JAX too)."""
+    try:
+        import tensorflow as tf
+    except ImportError:  # a JAX-only machine
+        from ..runtime import cpu_count
+
+        return cpu_count()
+    return tf.config.threading.get_intra_op_parallelism_threads()
+
+
 class _EvalNoise:
     """Fixed latent noise per TEST SHOWER (not per rank): serial and distributed evaluation and
     every epoch see the same fakes, so their test losses are comparable."""
 
     def __init__(self, cfg: Config, world, test_files):
+        from .losses import E_RANGE
+
         t = cfg.train
         window = cfg.data.theta_window or None
         total = int(round(sum(files.count_showers(f, window) for f in test_files)

@@ -253,9 +253,9 @@ def _train_rank(cfg_dict: dict, resume: bool, coordinator: str | None = None) ->
 
         if coordinator:  # process 0's address, chosen by the kernel for this job
             os.environ[COORDINATOR_ENV] = coordinator
-        from ..gan.jax_training import train  # sets KERAS_BACKEND=jax before keras is imported
-    else:
-        from ..gan.training import train  # imports TensorFlow: only on the engines, not the kernel
+    # One loop for both backends: the JAX one sets KERAS_BACKEND=jax before keras is imported;
+    # TensorFlow or JAX is imported on the engines only, not in the kernel.
+    from ..gan.training import train
     return train(cfg, resume=resume).to_dict()
 
 

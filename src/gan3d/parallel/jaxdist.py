@@ -4,7 +4,7 @@ With ``train.backend: jax`` every training process runs Keras 3 on JAX; the proc
 JAX world (``jax.distributed.initialize``) whose devices - one CPU device per process here, the
 GPUs or TPUs of each process elsewhere - make one mesh with the axis ``"workers"``. The training
 step itself all-reduces inside its compiled function (``lax.pmean`` under ``shard_map``,
-:mod:`gan3d.gan.jax_step`); this module gives the loop the few host-level operations the
+:mod:`gan3d.gan.jax.step`); this module gives the loop the few host-level operations the
 Horovod backend gets from :mod:`gan3d.parallel.distributed` (sum of a small array, an object
 from process 0, a barrier), which then routes its calls here.
 
@@ -162,10 +162,11 @@ def broadcast_object(obj: Any) -> Any:
     if jax.process_count() == 1:
         return obj
     data = np.frombuffer(pickle.dumps(obj), dtype=np.uint8) if jax.process_index() == 0 else None
-    size = int(broadcast_arrays([np.array([0 if data is None else data.size], np.int64)])[0][0])
+    sizes = [np.array([0 if data is None else data.size], np.int64)]
+    size = int(broadcast_arrays(sizes)[0][0])  # DISTRIBUTED
     buf = data if data is not None else np.zeros(size, np.uint8)
     # uint8 travels as int32: Gloo's broadcast of every dtype is not guaranteed on all builds.
-    out = broadcast_arrays([buf.astype(np.int32)])[0].astype(np.uint8)
+    out = broadcast_arrays([buf.astype(np.int32)])[0].astype(np.uint8)  # DISTRIBUTED
     return pickle.loads(out.tobytes())
 
 

@@ -1,6 +1,7 @@
 """The 3DGAN step on Keras 3's JAX backend (``train.backend: jax``): one compiled function.
 
-The same step as :mod:`gan3d.gan.step` - D on a real batch (labels flipped with p =
+The same step as :mod:`gan3d.gan.step` (its order, losses and draws are :mod:`gan3d.gan.losses`',
+its optimisers and state order :class:`gan3d.gan.backend.Step`'s) - D on a real batch (labels flipped with p =
 ``label_flip``), D on ``G(E' z)`` with G in inference mode, then G twice through D whose weights
 are not trained, each update ``w0 BCE + w1 MAPE(E) + w2 MAPE(ECAL sum)`` with RMSprop, learning
 rate scaled by the loop - written with Keras' stateless API (``stateless_call``,
@@ -22,15 +23,13 @@ JAX arrays and is written back by :meth:`JaxStep.sync_variables`.
 from __future__ import annotations
 
 import inspect
-from typing import Sequence
 
 import keras
 import numpy as np
 
-from .losses import E_RANGE, ecal_target
-from .losses import flip as _flip
-from .losses import is_seed as _is_seed
-from .losses import parts as _parts
+from .. import losses
+from ..backend import Step
+from ..losses import is_seed as _is_seed
 
 __all__ = ["JaxStep"]
 
@@ -45,32 +44,23 @@ def _shard_map():
     return shard_map, flag
 
 
-class JaxStep:
+class JaxStep(Step):
     """Models, RMSprop state and the compiled data-parallel step on the JAX backend; the same
     methods as :class:`gan3d.gan.step.GanStep` that the training loop calls."""
 
-    def __init__(self, generator: keras.Model, discriminator: keras.Model, *,
-                 loss_weights: Sequence[float] = (2.0, 0.1, 0.1), label_flip: float = 0.05,
-                 learning_rate: float = 1e-3, rho: float = 0.9, seed: int = 0):
+    def __init__(self, generator: keras.Model, discriminator: keras.Model, **settings):
         import jax
 
-        from ..parallel import jaxdist
+        from ...parallel import jaxdist
 
         if keras.backend.backend() != "jax":
             raise RuntimeError("JaxStep needs Keras' JAX backend (KERAS_BACKEND=jax before "
                                "keras is imported)")
-        self.g, self.d = generator, discriminator
-        self.latent_size = int(generator.input_shape[-1])
-        self.weights = [float(w) for w in loss_weights]
-        self.label_flip = float(label_flip)
-        self.g_opt = keras.optimizers.RMSprop(learning_rate, rho=rho)
-        self.d_opt = keras.optimizers.RMSprop(learning_rate, rho=rho)
-        self.g_opt.build(self.g.trainable_variables)
-        self.d_opt.build(self.d.trainable_variables)
+        super().__init__(generator, discriminator, **settings)
         self._lr_index = [i for i, v in enumerate(self.g_opt.variables)
                           if v.path.endswith("learning_rate")][0]
-        self.lr = float(learning_rate)
-        self.seed = int(seed)
+        self.lr = float(settings.get("learning_rate", 1e-3))
+        self.seed = int(settings.get("seed", 0))
         self.mesh = jaxdist.mesh()
         self.n_local = len(jax.local_devices())
         self.n_devices = len(jax.devices())
@@ -82,19 +72,8 @@ class JaxStep:
         self._eval_fn = jax.jit(self._eval_local)
 
     # -- state ------------------------------------------------------------------------------
-    def model_variables(self) -> list:
-        return [v for v in self.g.variables + self.d.variables if not _is_seed(v)]
-
-    def optimizer_variables(self) -> list:
-        return list(self.g_opt.variables) + list(self.d_opt.variables)
-
-    def state_variables(self) -> list:
-        """Models and optimisers, in :class:`GanStep`'s order (checkpoints are exchangeable)."""
-        self.sync_variables()
-        return self.model_variables() + self.optimizer_variables()
-
     def broadcast_state(self) -> None:
-        from ..parallel import distributed
+        from ...parallel import distributed
 
         distributed.broadcast(self.state_variables(), root_rank=0)  # DISTRIBUTED
         self._rep = self._loc = None
@@ -106,11 +85,10 @@ class JaxStep:
         self._seeds = self._seed_states(seed, rank, epoch)
         self._push()
 
-    def _seed_states(self, seed: int, rank: int, epoch: int) -> list[np.ndarray]:
+    def _seed_states(self, seed: int, rank: int, epoch: int) -> list[list[np.ndarray]]:
         """Per local device: the step's noise key, then one state per Dropout layer."""
-        n = 1 + sum(_is_seed(v) for v in self.g.non_trainable_variables
-                    + self.d.non_trainable_variables)
-        return [np.random.SeedSequence([seed, rank * self.n_local + j, epoch]).generate_state(n)
+        n = 1 + self.dropout_seeds()
+        return [self.seed_words(seed, rank * self.n_local + j, epoch, n)
                 for j in range(self.n_local)]
 
     def set_learning_rate(self, lr: float) -> None:
@@ -132,7 +110,7 @@ class JaxStep:
                                                  self.g_opt.variables, self.d_opt.variables)]
         self._rep = [[self._global(a, P()) for a in group] for group in rep]
         def seeds(k):  # (local devices, 2) uint32 states, as GanStep.reseed sets them
-            return np.stack([np.array([s[k] & 0x7FFFFFFF, 0], np.uint32) for s in self._seeds])
+            return np.stack([words[k] for words in self._seeds])
 
         loc, k = [], 1
         for model in (self.g, self.d):
@@ -175,7 +153,7 @@ class JaxStep:
             shard_map, flag = _shard_map()
 
             def avg(loc):
-                return jax.tree.map(lambda a: jax.lax.pmean(a, "workers")
+                return jax.tree.map(lambda a: jax.lax.pmean(a, "workers")  # DISTRIBUTED
                                     if a.dtype == np.float32 else a, loc)
             self._compiled["avg"] = jax.jit(shard_map(avg, mesh=self.mesh, in_specs=(P("workers"),),
                                                       out_specs=P("workers"), **flag))
@@ -227,22 +205,11 @@ class JaxStep:
     def _draw(self, key, b):
         import jax
 
-        k = jax.random.split(key, 7)
-        lo, hi = E_RANGE
-        return k[0], {
-            "flip_real": jax.random.uniform(k[1], (b,)) < self.label_flip,
-            "flip_fake": jax.random.uniform(k[2], (b,)) < self.label_flip,
-            "e_fake": jax.random.uniform(k[3], (b,), minval=lo, maxval=hi),
-            "z_fake": jax.random.normal(k[4], (b, self.latent_size)),
-            "e_gen": jax.random.uniform(k[5], (2, b), minval=lo, maxval=hi),
-            "z_gen": jax.random.normal(k[6], (2, b, self.latent_size)),
-        }
-
-    def _losses(self, outputs, labels, energy, ecal):
-        parts = _parts(outputs, labels, energy, ecal)
-        means = [keras.ops.mean(p) for p in parts]
-        total = sum(w * m for w, m in zip(self.weights, means))
-        return total, keras.ops.stack([total, *means])
+        k = jax.random.split(key, 1 + len(losses.DRAW_NAMES))
+        keys = iter(k[1:])  # one key per draw, in the order they are drawn
+        return k[0], self.draws_from(
+            lambda shape, lo, hi: jax.random.uniform(next(keys), shape, minval=lo, maxval=hi),
+            lambda shape: jax.random.normal(next(keys), shape), b)
 
     def _device_step(self, rep, loc, data, lr, draws, training):
         """One device's share of the step; ``loc`` entries carry a leading axis of length 1."""
@@ -254,41 +221,43 @@ class JaxStep:
         image, energy, ecal = data
         if draws is None:
             key, draws = self._draw(key, image.shape[0])
-        go = [lr if i == self._lr_index else v for i, v in enumerate(go)]
-        do = [lr if i == self._lr_index else v for i, v in enumerate(do)]
+        # The step's state, threaded through the four updates in losses.gan_step's order.
+        s = {"gt": gt, "dt": dt, "gn": gn, "dn": dn,
+             "go": [lr if i == self._lr_index else v for i, v in enumerate(go)],
+             "do": [lr if i == self._lr_index else v for i, v in enumerate(do)]}
 
         def d_loss(dt, dn, x, labels, e, ec):
             out, dn = self.d.stateless_call(dt, dn, x, training=training)
-            total, losses = self._losses(out, labels, e, ec)
-            return total, (losses, dn)
+            total, record = self.weighted_losses(losses.parts(out, labels, e, ec))
+            return total, (record, dn)
 
         def g_loss(gt, gn, dn, z, e):
             fake, gn = self.g.stateless_call(gt, gn, e[:, None] * z, training=training)
-            out, dn = self.d.stateless_call(dt, dn, fake, training=training)
-            total, losses = self._losses(out, keras.ops.ones_like(e), e, ecal_target(e))
-            return total, (losses, gn, dn)
+            out, dn = self.d.stateless_call(s["dt"], dn, fake, training=training)
+            total, record = self.weighted_losses(
+                losses.parts(out, keras.ops.ones_like(e), e, losses.ecal_target(e)))
+            return total, (record, gn, dn)
 
-        ones = keras.ops.ones_like(energy)
-        # 1. D on real showers.
-        (_, (real, dn)), grads = jax.value_and_grad(d_loss, has_aux=True)(
-            dt, dn, image, _flip(ones, draws["flip_real"]), energy, ecal)
-        dt, do = self.d_opt.stateless_apply(do, pmean(grads), dt)  # DISTRIBUTED
-        # 2. D on fakes of G in inference mode.
-        e_f = draws["e_fake"].astype("float32")
-        fake, _ = self.g.stateless_call(gt, gn, e_f[:, None] * draws["z_fake"], training=False)
-        (_, (fake_l, dn)), grads = jax.value_and_grad(d_loss, has_aux=True)(
-            dt, dn, fake, _flip(0.0 * ones, draws["flip_fake"]), e_f, ecal_target(e_f))
-        dt, do = self.d_opt.stateless_apply(do, pmean(grads), dt)  # DISTRIBUTED
-        # 3. G twice through D.
-        gen = []
-        for i in range(2):
-            (_, (losses, gn, dn)), grads = jax.value_and_grad(g_loss, has_aux=True)(
-                gt, gn, dn, draws["z_gen"][i], draws["e_gen"][i].astype("float32"))
-            gt, go = self.g_opt.stateless_apply(go, pmean(grads), gt)  # DISTRIBUTED
-            gen.append(losses)
-        losses = keras.ops.concatenate([(real + fake_l) / 2.0, (gen[0] + gen[1]) / 2.0])
-        loc = jax.tree.map(lambda a: a[None], [gn, dn, key])
-        return [gt, dt, go, do], loc, pmean(losses)  # DISTRIBUTED
+        def d_update(x, labels, e, ec):
+            (_, (record, s["dn"])), grads = jax.value_and_grad(d_loss, has_aux=True)(
+                s["dt"], s["dn"], x, labels, e, ec)
+            s["dt"], s["do"] = self.d_opt.stateless_apply(s["do"], pmean(grads),  # DISTRIBUTED
+                                                          s["dt"])
+            return record
+
+        def g_update(z, e):
+            (_, (record, s["gn"], s["dn"])), grads = jax.value_and_grad(g_loss, has_aux=True)(
+                s["gt"], s["gn"], s["dn"], z, e)
+            s["gt"], s["go"] = self.g_opt.stateless_apply(s["go"], pmean(grads),  # DISTRIBUTED
+                                                          s["gt"])
+            return record
+
+        def generate(latent):  # G in inference mode, its current weights
+            return self.g.stateless_call(s["gt"], s["gn"], latent, training=False)[0]
+
+        step_losses = losses.gan_step(image, energy, ecal, draws, d_update, g_update, generate)
+        loc = jax.tree.map(lambda a: a[None], [s["gn"], s["dn"], key])
+        return [s["gt"], s["dt"], s["go"], s["do"]], loc, pmean(step_losses)  # DISTRIBUTED
 
     # -- evaluation -------------------------------------------------------------------------
     def eval_sums(self, batch: dict, draws: dict):
@@ -305,21 +274,8 @@ class JaxStep:
         gt, gn, dt, dn = values
         g = lambda x: self.g.stateless_call(gt, gn, x, training=False)[0]  # noqa: E731
         d = lambda x: self.d.stateless_call(dt, dn, x, training=False)[0]  # noqa: E731
-        image = batch["image"]
-        energy, ecal = batch["energy"].reshape(-1), batch["ecal_sum"].reshape(-1)
-        e_f = draws["e_fake"]
-        d_real = _parts(d(image), keras.ops.ones_like(energy), energy, ecal)
-        d_fake = _parts(d(g(e_f[:, None] * draws["z_fake"])), keras.ops.zeros_like(e_f), e_f,
-                        ecal_target(e_f))
-        parts_d = [keras.ops.concatenate([a, b]) for a, b in zip(d_real, d_fake)]
-        e_g = draws["e_gen"].reshape(-1)
-        z_g = draws["z_gen"].reshape(-1, self.latent_size)
-        parts_g = _parts(d(g(e_g[:, None] * z_g)), keras.ops.ones_like(e_g), e_g, ecal_target(e_g))
-        sums = []
-        for parts in (parts_d, parts_g):
-            s = [keras.ops.sum(p) for p in parts]
-            sums += [sum(w * x for w, x in zip(self.weights, s)), *s]
-        return keras.ops.stack(sums)
+        return losses.eval_sums(self.weights, g, d, batch["image"], batch["energy"].reshape(-1),
+                                batch["ecal_sum"].reshape(-1), draws, self.latent_size)
 
 
 SHAPES = {"image": (25, 25, 25, 1), "energy": (), "ecal_sum": ()}
