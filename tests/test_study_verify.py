@@ -1,6 +1,8 @@
-"""A study stays current only through code shown to make the same numbers: staleness with
-``equivalent_code``, the bit-for-bit comparison of two runs, and (slow) ``verify_code`` end to end
-against a reference copy of the package, with real trainings."""
+"""A study stays current only through code shown to make the same numbers: staleness with the
+behavioural ``checks`` (kind by kind), the bit-for-bit comparison of two runs, and (slow)
+``verify_code`` end to end against a reference copy of the package, with real trainings - one
+that makes the same numbers, and one whose local SGD differs, which a check of one worker alone
+would have passed."""
 
 from __future__ import annotations
 
@@ -15,30 +17,60 @@ import pytest
 
 import gan3d
 from gan3d import config
-from gan3d.convergence import plan, study
+from gan3d.convergence import plan, study, verify
+from gan3d.io import git_commit
 from gan3d.convergence.verify import (StudyCodeDiffers, compare_runs, package_root, reference_config,
                                      reference_hash)
 
 
-def _results(code_hash: str, equivalent: dict | None = None) -> dict:
-    run = {"config_id": "1w", "block": "eq", "seed": 0, "sync_every": 1, "rows": [],
-           "code_hash": code_hash}
-    out = {"runs": {"1w-s0": run}, "code_hash": code_hash}
-    if equivalent is not None:
-        out["equivalent_code"] = equivalent
+def _run(rid: str, code_hash: str) -> dict:
+    workers, sync = (1, 1) if rid.startswith("1w") else (2, 4 if "-k4" in rid else 1)
+    return {"config_id": rid.rsplit("-s", 1)[0], "block": "eq", "seed": 0, "workers": workers,
+            "rule": "linear", "sync_every": sync, "rows": [], "code_hash": code_hash}
+
+
+def _results(code_hash: str, checks: dict | None = None, ids=("1w-s0",)) -> dict:
+    out = {"runs": {i: _run(i, code_hash) for i in ids}, "code_hash": code_hash}
+    if checks is not None:
+        out["checks"] = checks
     return out
 
 
-def test_a_run_of_verified_equivalent_code_is_current_and_no_other():
+def test_a_run_is_current_only_where_a_check_of_this_version_covered_its_kind():
     now = plan.code_hash()
-    assert study.stale(_results("0123456789abcdef")) == ["1w-s0"]
-    verified = {now: {"same_as": "0123456789abcdef"}}
-    assert study.stale(_results("0123456789abcdef", verified)) == []
-    # An equivalence recorded for another checkout's hash says nothing about this one.
-    assert study.stale(_results("0123456789abcdef", {"fedcba9876543210": {
-        "same_as": "0123456789abcdef"}})) == ["1w-s0"]
-    # Nor does it make runs of a third version current.
-    assert study.stale(_results("1111111111111111", verified)) == ["1w-s0"]
+    old = "0123456789abcdef"
+    ids = ("1w-s0", "2w-linear-s0", "2w-linear-k4-s0")
+    assert study.stale(_results(old, ids=ids)) == sorted(ids)
+    assert study.stale(_results(now, ids=ids)) == []  # made by this version itself
+    both = {now: {"same_as": old, "kinds": {"1w": {}, "allreduce": {}}}}
+    # local SGD was not checked: its run stays stale, the others are current
+    assert study.stale(_results(old, both, ids)) == ["2w-linear-k4-s0"]
+    every = {now: {"same_as": old, "kinds": {"1w": {}, "allreduce": {}, "local-sgd": {}}}}
+    assert study.stale(_results(old, every, ids)) == []
+    # A check recorded for another checkout's version says nothing about this one...
+    assert study.stale(_results(old, {"fedcba9876543210": every[now]}, ids)) == sorted(ids)
+    # ...nor does it make runs of a third version current.
+    assert study.stale(_results("1111111111111111", every, ids)) == sorted(ids)
+    # The old one-run record (equivalent_code, one worker only) no longer keeps a study current.
+    legacy = _results(old, ids=ids)
+    legacy["equivalent_code"] = {now: {"same_as": old, "run": "1w-s0"}}
+    assert study.stale(legacy) == sorted(ids)
+
+
+def test_each_kind_of_run_maps_to_the_check_that_covers_it():
+    cases = {("eq", 1, "linear", 1): "1w", ("eq", 2, "linear", 1): "allreduce",
+             ("eq", 2, "none", 1): "allreduce", ("lr", 4, "sqrt", 1): "allreduce",
+             ("sync", 2, "linear", 16): "local-sgd", ("lr", 2, "warmup", 1): "warmup",
+             ("lr", 4, "warmup", 1): "warmup"}
+    for (block, workers, rule, k), kind in cases.items():
+        assert plan.run_kind(plan.Run(block, workers, rule, k, 0)) == kind
+    cfg = config.resolve("study")
+    held = verify.needed_kinds({"runs": {r.id: {"workers": r.workers, "rule": r.rule,
+                                                "sync_every": r.sync_every}
+                                         for r in plan.plan(cfg)}})
+    assert held == ["1w", "allreduce", "local-sgd", "warmup"]
+    run, extra = verify.kind_run(cfg, "local-sgd")
+    assert run.sync_every == 4 and run.workers == 2  # the smallest k > 1 the study holds
 
 
 def _fake_run(folder: Path, rows: list[dict], weight: np.ndarray) -> Path:
@@ -92,30 +124,54 @@ def test_the_reference_reads_a_config_without_the_settings_added_since(tmp_path)
         reference_config(ref, fast)
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(900)
-def test_verify_code_passes_for_a_change_that_moves_no_number(tmp_path):
-    """The reference differs from this checkout by a comment in a hashed module: its hash
-    differs, its trainings do not; the study becomes current. A reference with another hash than
-    the study's is refused before anything trains."""
-    ref = tmp_path / "ref"
+def _reference(tmp_path, name: str, edits: dict[str, tuple[str, str]]) -> Path:
+    """A copy of this checkout's package with ``edits`` (module -> (old, new) text)."""
+    ref = tmp_path / name
     shutil.copytree(Path(gan3d.__file__).parent, ref / "gan3d",
                     ignore=shutil.ignore_patterns("__pycache__"))
-    with open(ref / "gan3d" / "gan" / "history.py", "a") as f:
-        f.write("# a comment changes the code hash and no number\n")
+    for module, (old, new) in edits.items():
+        path = ref / "gan3d" / module
+        text = path.read_text()
+        assert old in text, (module, old)
+        path.write_text(text.replace(old, new, 1))
+    return ref
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_verify_code_keeps_a_study_current_only_for_code_that_trains_every_kind_alike(tmp_path):
+    """A reference that differs by a comment in a hashed module: another version, the same
+    trainings of one worker and of local SGD on 2 MPI ranks; the study becomes current. A
+    reference whose local SGD synchronises one step later: one worker still trains alike (the
+    old one-run check would have passed it), the local-SGD check catches it."""
+    comment = {"gan/history.py": ("from __future__ import annotations\n",
+                                  "from __future__ import annotations\n# no number changes\n")}
+    ref = _reference(tmp_path, "same", comment)
     env_hash = reference_hash(ref)
     assert env_hash != plan.code_hash()
     out = tmp_path / "c.json"
-    out.write_text(json.dumps(_results(env_hash)))
+    ids = ("1w-s0", "2w-linear-k4-s0")
+    out.write_text(json.dumps(_results(env_hash, ids=ids)))
     cfg = config.resolve("quick", {"study.output": str(out), "study.workdir": str(tmp_path / "w"),
-                                   "study.data_showers": 100, "study.monitor_showers": 4})
-    assert study.stale(study.load(out)) == ["1w-s0"]
-    entry = study.verify(cfg, ref, showers=16)
-    assert entry["same_as"] == env_hash and "bit for bit" in entry["compared"]
+                                   "study.data_showers": 100, "study.monitor_showers": 4,
+                                   "study.sync_every": [1, 4]})
+    assert study.stale(study.load(out)) == sorted(ids)
+    entry = study.verify(cfg, ref, showers=32, allow_dirty=True)
+    assert entry["same_as"] == env_hash and sorted(entry["kinds"]) == ["1w", "local-sgd"]
+    assert all(c["equality"] == "bit for bit" for c in entry["kinds"].values())
+    assert entry["kinds"]["local-sgd"]["workers"] == 2
+    assert entry["checkout"]["clean"] == (not git_commit().endswith("-dirty"))
     saved = study.load(out)
-    assert saved["equivalent_code"][plan.code_hash()]["same_as"] == env_hash
+    assert saved["checks"][plan.code_hash()]["same_as"] == env_hash
     assert study.stale(saved) == []
+
+    late = {**comment, "gan/local_sgd.py": ("if done % self.every == 0:",
+                                            "if done % self.every == 1:")}
+    drift = _reference(tmp_path, "drift", late)
+    out.write_text(json.dumps(_results(reference_hash(drift), ids=ids)))
+    with pytest.raises(StudyCodeDiffers, match="syncs|lr|loss|mon_|weight"):
+        study.verify(cfg, drift, showers=32, kinds=["local-sgd"], allow_dirty=True)
+    assert "checks" not in study.load(out)  # nothing recorded for a check that failed
     out.write_text(json.dumps(_results("0123456789abcdef")))
     with pytest.raises(StudyCodeDiffers, match="the study was made by 0123456789abcdef"):
-        study.verify(cfg, ref, showers=16)
-
+        study.verify(cfg, ref, showers=32, allow_dirty=True)

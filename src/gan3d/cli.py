@@ -143,10 +143,17 @@ def _study_parser(sub) -> None:
     st.add_argument("--max-runs", type=int, help="stop after this many runs (continue later)")
     st.add_argument("--restart", action="store_true", help="forget the results file's runs first")
     st.add_argument("--status", action="store_true", help="say how far the study is; run nothing")
-    st.add_argument("--verify-code", metavar="DIR",
+    st.add_argument("--verify-code", metavar="COMMIT|DIR",
                     help="show that this checkout's training code makes the study's numbers: "
-                         "train a short run with it and with the copy of the package in DIR that "
-                         "made the study; if identical, the results stay current")
+                         "train short runs of every kind the study holds with it and with the "
+                         "package that made the study (a commit of this repository, or a folder "
+                         "holding a copy); if all are identical bit for bit, the runs stay current")
+    st.add_argument("--kinds", metavar="K,K", help="with --verify-code: check these kinds of run "
+                    "(1w, allreduce, local-sgd, warmup, bfloat16) instead of the study's own")
+    st.add_argument("--showers", type=int, default=256,
+                    help="with --verify-code: showers of each short run (default 256)")
+    st.add_argument("--allow-dirty", action="store_true",
+                    help="with --verify-code: check a tree with uncommitted changes (recorded so)")
 
 
 def _cmd_study(args: argparse.Namespace) -> int:
@@ -154,10 +161,13 @@ def _cmd_study(args: argparse.Namespace) -> int:
 
     cfg = _config(args)
     if args.verify_code:
-        entry = study.verify(cfg, args.verify_code)
-        print("this checkout has the study's code hash: nothing to verify" if entry is None else
-              f"{cfg.study.output}: this checkout's code makes the study's numbers "
-              f"({entry['compared']}); its runs stay current")
+        kinds = args.kinds.split(",") if args.kinds else None
+        entry = study.verify(cfg, args.verify_code, showers=args.showers, kinds=kinds,
+                             allow_dirty=args.allow_dirty)
+        print("this checkout has the study's code version: nothing to verify" if entry is None
+              else f"{cfg.study.output}: this checkout's code makes the study's numbers in "
+              + "; ".join(f"{k} ({c['compared']}, {c['equality']})" for k, c in entry["kinds"].items())
+              + "".join(f"; {k} not checked: {why}" for k, why in entry["not_checked"].items()))
     elif not args.status:
         study.run_study(cfg, only=args.block, max_runs=args.max_runs, restart=args.restart)
     state = study.status(cfg)
@@ -198,9 +208,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         return 0
     if jax:
         os.environ.setdefault("KERAS_BACKEND", "jax")  # before keras is first imported
-        from .gan.jax_training import train
-    else:
-        from .gan.training import train  # imports TensorFlow: only in the processes that train
+    from .gan.training import train  # one loop; its backend imports TensorFlow or JAX when it runs
 
     if in_mpi_job():  # one rank of a job: any error ends the whole job at once
         guard(train, cfg, resume=args.resume)
@@ -261,9 +269,31 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
     return 0 if summary.ok else 1
 
 
+# JupyterLab's settings for gan3d, as overrides of its defaults (a user's own settings still win):
+# no news feed and no update check - both would fetch from the internet, which offline machines
+# and clusters' compute nodes cannot reach, and the news question's toast covers the notebook.
+LAB_SETTINGS = {"@jupyterlab/apputils-extension:notification": {"fetchNews": "false",
+                                                                "checkForUpdates": False}}
+
+
+def lab_settings() -> Path:
+    """Install :data:`LAB_SETTINGS` into the environment's JupyterLab (``overrides.d/gan3d.json``
+    of its application settings, atomically); returns the file."""
+    from jupyterlab.commands import get_app_dir
+
+    from .io import ensure_dir, read_json, write_json
+
+    path = ensure_dir(Path(get_app_dir()) / "settings" / "overrides.d") / "gan3d.json"
+    if not path.is_file() or read_json(path) != LAB_SETTINGS:
+        write_json(path, LAB_SETTINGS)
+    return path
+
+
 def lab_command(extra: Sequence[str] = ()) -> list[str]:
-    """The JupyterLab command of ``gan3d lab``: notebooks/, the gan3d kernel by default, and
-    ``--allow-root`` when run as root (containers, CI), which JupyterLab otherwise refuses."""
+    """The JupyterLab command of ``gan3d lab``: notebooks/, the gan3d kernel by default, the
+    settings of :func:`lab_settings`, and ``--allow-root`` when run as root (containers, CI),
+    which JupyterLab otherwise refuses."""
+    lab_settings()
     cmd = [sys.executable, "-m", "jupyterlab", "--notebook-dir", str(repo_root() / "notebooks"),
            "--MappingKernelManager.default_kernel_name=gan3d", *extra]
     if os.geteuid() == 0 and "--allow-root" not in extra:

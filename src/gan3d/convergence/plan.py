@@ -1,8 +1,10 @@
 """What the convergence study trains: its runs, the configuration of each, and the numbers it
 keeps of each (see :mod:`gan3d.convergence.study` for the blocks).
 
-:func:`code_hash` covers the modules that determine those numbers, this one included: results
-made by other code are *stale* (the notebook says so).
+:func:`code_hash` names the version of the modules that determine those numbers (this one
+included). It is an identity, not the test of equality: runs made by another version are current
+when a behavioural check (:mod:`gan3d.convergence.verify`) has shown, for every kind of run the
+study holds (:func:`run_kind`), that this version trains them to the same bits.
 """
 
 from __future__ import annotations
@@ -17,13 +19,20 @@ from ..config import Config
 from ..exceptions import ConfigError
 from ..paths import resolve_path
 
-__all__ = ["Run", "plan", "run_config", "code_hash", "summarise_history", "COMPONENTS", "SUMMARY"]
+__all__ = ["Run", "plan", "run_config", "run_kind", "code_hash", "summarise_history",
+           "COMPONENTS", "SUMMARY", "KINDS"]
 
 # The modules whose code determines a run's numbers (not the plots, notebooks or CLI).
-COMPONENTS = ("gan/step.py", "gan/model.py", "gan/cpu_layers.py", "gan/training.py",
-              "gan/local_sgd.py", "gan/history.py", "data/showers.py", "data/calorimeter.py", "data/generate.py",
-              "data/sharding.py", "data/files.py", "validation/monitors.py",
-              "validation/physics.py", "validation/metrics.py", "convergence/plan.py")
+COMPONENTS = ("gan/losses.py", "gan/backend.py", "gan/step.py", "gan/model.py",
+              "gan/cpu_layers.py", "gan/training.py", "gan/local_sgd.py", "gan/history.py",
+              "gan/checkpoints.py", "data/showers.py", "data/calorimeter.py", "data/generate.py",
+              "data/sharding.py", "data/files.py", "parallel/distributed.py", "parallel/jobs.py",
+              "validation/monitors.py", "validation/physics.py", "validation/metrics.py",
+              "convergence/plan.py")
+# The kinds of run a behavioural check trains, each exercising code the others do not: one
+# worker; the gradient all-reduce (2 workers, lr x N); local SGD (k > 1); the lr warm-up;
+# bfloat16 with the discriminator's CPU layers (only where the CPU has bfloat16).
+KINDS = ("1w", "allreduce", "local-sgd", "warmup", "bfloat16")
 # Monitors kept per evaluation: the mean over the monitor energies of |deviation| (relative, or
 # layers for max_layer), the profile distance and the separation power of the depth barycentre.
 SUMMARY = ("sampling_fraction", "ecal_sum_spread", "max_layer", "transverse_width",
@@ -98,13 +107,24 @@ def run_config(cfg: Config, run: Run) -> Config:
     })
 
 
+def run_kind(run: dict | Run) -> str:
+    """The :data:`KINDS` entry whose check covers ``run`` (a :class:`Run` or a results entry)."""
+    get = (lambda k: getattr(run, k)) if isinstance(run, Run) else run.get
+    if get("workers") == 1:
+        return "1w"
+    if (get("sync_every") or 1) > 1:
+        return "local-sgd"
+    return "warmup" if get("rule") == "warmup" else "allreduce"
+
+
 def code_hash() -> str:
     """SHA-256 (16 hex digits) of :data:`COMPONENTS`: equal hashes, equal training code."""
     root = Path(__file__).resolve().parent.parent
     h = hashlib.sha256()
     for name in COMPONENTS:
         h.update(name.encode())
-        h.update((root / name).read_bytes())
+        path = root / name
+        h.update(path.read_bytes() if path.is_file() else b"")
     return h.hexdigest()[:16]
 
 

@@ -1,20 +1,30 @@
-"""Keep the committed study current across changes that do not change its numbers.
+"""Keep a committed study current by behaviour: the same short runs, bit for bit, by two codes.
 
-The study's runs carry the code hash of the modules that determine them
-(:func:`gan3d.convergence.plan.code_hash`); any byte changed in those modules makes the results
-*stale*, also when the change cannot touch a float32 run (a bfloat16-only option, a comment).
-:func:`verify_code` settles it by experiment instead of by judgement: it trains the study's first
-run (1 worker, seed 0, float32, shortened to ``showers``) twice on this machine - once with this
-checkout and once with a *reference* copy of the package whose code hash the results carry - each
-from the synthetic data its own code generates. If every number of every history row (losses,
-learning rate, physics monitors; not the timings) and every weight of the final generator is the
-same to the last bit, the results file records that this checkout's hash makes the same runs
-(``equivalent_code``: hash -> the study's hash, with what was compared), and
-:func:`gan3d.convergence.study.stale` treats the runs as current. Otherwise it raises
-:class:`StudyCodeDiffers` naming the first difference, and the study must be rerun.
+A study's runs carry the version of the training code that made them
+(:func:`gan3d.convergence.plan.code_hash`, an identity of its modules' bytes). When this checkout
+has another version, :func:`verify_code` decides by experiment whether it still makes the study's
+numbers: for every kind of run the study holds (:func:`gan3d.convergence.plan.run_kind` - one
+worker; two workers with the gradient all-reduce; local SGD with k > 1; the lr warm-up) it trains
+a short run of that kind (the study's own configuration, seed 0, shortened to ``showers``) twice
+on this machine: once with this checkout and once with a *reference* copy of the package that
+made the study, each from the synthetic data its own code generates, launched by each package's
+own job runner on the same number of MPI ranks and threads. Every number of every history row
+(losses, learning rate, syncs, physics monitors; not the timings) and every weight of the final
+generator must be equal to the last bit; the first difference raises :class:`StudyCodeDiffers`
+and the study must be rerun. Where the CPU has bfloat16 the ``bfloat16`` kind (1 worker, the
+discriminator's CPU layers) can be checked too, against a reference that has those layers; a
+study of float32 runs does not need it.
 
-A reference copy of the package at the commit that made the study, e.g.
-``git archive <commit> src/gan3d | tar -x -C ref`` -> ``gan3d study --verify-code ref/src``.
+When every kind passes, the results file records under ``checks`` (keyed by this checkout's
+version) the study's version, the reference's commit, this checkout's commit (refused from a
+tree with uncommitted changes unless asked, and then marked), the kinds checked with what was
+compared, and the machine. :func:`gan3d.convergence.study.stale` counts a run as current when its
+own version is this checkout's, or when such a check covers its kind.
+
+The reference is a commit of this repository (``gan3d study --verify-code 244eb25``: its
+``src/gan3d`` is extracted with ``git archive``, and the commit is recorded) or a folder holding a
+copy of the package (``git archive <commit> src/gan3d | tar -x -C ref`` -> ``--verify-code
+ref/src``).
 """
 
 from __future__ import annotations
@@ -27,6 +37,7 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from typing import Sequence, TypedDict
 
 import h5py
 import numpy as np
@@ -35,21 +46,45 @@ from .. import console, runtime
 from ..config import Config, flatten, to_dict
 from ..exceptions import Gan3dError
 from ..gan.history import read_history
-from ..io import ensure_dir, write_json
+from ..io import ensure_dir, git_commit, write_json
 from ..parallel.launch import launch
 from ..paths import resolve_path
-from .plan import Run, code_hash, run_config
+from .plan import KINDS, Run, code_hash, run_config, run_kind
 
 log = console.get_logger(__name__)
 
-__all__ = ["StudyCodeDiffers", "verify_code", "compare_runs", "package_root", "reference_hash",
-           "reference_config"]
+__all__ = ["StudyCodeDiffers", "StudyCheck", "verify_code", "compare_runs", "package_root",
+           "reference_hash", "reference_config", "reference_runner", "reference_package",
+           "kind_run", "needed_kinds", "covered", "CHECK_SCHEMA"]
 
+CHECK_SCHEMA = 1
 _TIMING = ("time_", "showers_per_s", "timed", "threads")
+_FORMAT = ("schema",)  # the row's format version: not a number of the run
 
 
 class StudyCodeDiffers(Gan3dError, RuntimeError):
     """This checkout's training code does not make the study's numbers (or cannot be compared)."""
+
+
+class KindCheck(TypedDict):
+    run: str            # the study's run id the short run is a version of
+    workers: int
+    showers: int
+    compared: str       # what was equal, e.g. "136 history numbers and 872948 generator weights"
+    equality: str       # "bit for bit"
+
+
+class StudyCheck(TypedDict):
+    """One behavioural check in a results file's ``checks`` (keyed by this checkout's version)."""
+
+    schema: int
+    same_as: str                  # the study's code version
+    reference: dict               # {"commit": ..., "code_hash": ...} of the reference package
+    checkout: dict                # {"commit": ..., "clean": bool}
+    kinds: dict[str, KindCheck]   # kind -> what its short runs compared
+    not_checked: dict[str, str]   # kind -> why not
+    machine: dict
+    checked: str                  # date (UTC)
 
 
 def package_root(reference: str | Path) -> Path:
@@ -74,9 +109,38 @@ def _ask(root: Path, code: str) -> str:
     return proc.stdout.strip()
 
 
+def reference_package(reference: str | Path, work: Path) -> tuple[Path, str | None]:
+    """(folder for ``PYTHONPATH``, commit) of ``reference``: a folder holding the package, or a
+    commit of this repository, whose ``src/gan3d`` is extracted under ``work``."""
+    if Path(reference).is_dir():
+        return package_root(reference), None  # a copy: which commit it is, the folder does not say
+    repo = Path(__file__).resolve().parents[3]
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--verify", f"{reference}^{{commit}}"], cwd=repo,
+                             capture_output=True, text=True, check=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        raise StudyCodeDiffers(f"{reference} is neither a folder holding a gan3d package nor a "
+                               "commit of this repository") from None
+    dest = ensure_dir(work / f"reference-{sha[:12]}")
+    if not (dest / "src" / "gan3d" / "convergence" / "plan.py").is_file():
+        archive = subprocess.run(["git", "archive", sha, "src/gan3d"], cwd=repo,
+                                 capture_output=True, check=True, timeout=120).stdout
+        subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True, timeout=120)
+    return package_root(dest / "src"), sha
+
+
 def reference_hash(root: Path) -> str:
-    """The code hash of the package under ``root``, computed by that package's own code."""
+    """The code version of the package under ``root``, computed by that package's own code."""
     return _ask(root, "from gan3d.convergence.plan import code_hash; print(code_hash())")
+
+
+def reference_runner(root: Path | None) -> str:
+    """The module that runs job files in the package under ``root`` (None: this checkout's):
+    ``gan3d.parallel.jobs``, or ``gan3d.scaling.probes`` in packages older than it."""
+    if root is None:
+        return "gan3d.parallel.jobs"
+    return _ask(root, "import importlib.util as u; print('gan3d.parallel.jobs' if "
+                      "u.find_spec('gan3d.parallel.jobs') else 'gan3d.scaling.probes')")
 
 
 def reference_config(root: Path, config: dict) -> dict:
@@ -124,7 +188,7 @@ def compare_runs(a: Path, b: Path) -> tuple[int, int]:
         raise StudyCodeDiffers(f"the runs have {len(rows_a)} and {len(rows_b)} history rows")
     numbers = 0
     for i, (ra, rb) in enumerate(zip(rows_a, rows_b)):
-        keys = {k for k in ra.keys() | rb.keys() if not k.startswith(_TIMING)}
+        keys = {k for k in ra.keys() | rb.keys() if not k.startswith(_TIMING + _FORMAT)}
         for k in sorted(keys):
             if not _same(ra.get(k), rb.get(k)):
                 raise StudyCodeDiffers(f"epoch {i + 1}: {k} = {ra.get(k)!r} (this checkout) "
@@ -142,11 +206,49 @@ def compare_runs(a: Path, b: Path) -> tuple[int, int]:
     return numbers, sum(int(w.size) for w in wa.values())
 
 
+def needed_kinds(results: dict) -> list[str]:
+    """The kinds of run the study in ``results`` holds, in :data:`KINDS` order."""
+    held = {run_kind(r) for r in results.get("runs", {}).values()}
+    return [k for k in KINDS if k in held]
+
+
+def kind_run(cfg: Config, kind: str) -> tuple[Run, dict]:
+    """The study run a check of ``kind`` shortens, and the settings it changes beyond the plan."""
+    if kind == "1w":
+        return Run("eq", 1, "linear", 1, 0), {}
+    if kind == "allreduce":
+        return Run("eq", 2, "linear", 1, 0), {}
+    if kind == "local-sgd":
+        ks = [k for k in cfg.study.sync_every if k > 1]
+        if not ks:
+            raise StudyCodeDiffers("study.sync_every has no k > 1: no local SGD to check")
+        return Run("sync", 2, "linear", min(ks), 0), {}
+    if kind == "warmup":
+        return Run("lr", 2, "warmup", 1, 0), {}
+    if kind == "bfloat16":
+        return Run("eq", 1, "linear", 1, 0), {"train.precision": "bfloat16",
+                                              "train.cpu_layers": "auto"}
+    raise StudyCodeDiffers(f"no check of kind {kind!r}; kinds: {', '.join(KINDS)}")
+
+
+def _train(root: Path | None, config: dict, workers: int, work: Path, name: str,
+           timeout: float) -> None:
+    """One short run with the package under ``root`` (None: this checkout), by its job runner."""
+    job = {"task": "trains", "threads": max(1, runtime.cpu_count() // workers),
+           "out": str(work / f"{name}.out.json"), "configs": [config]}
+    write_json(work / f"{name}.job.json", job)
+    with runtime.pythonpath(None if root is None else str(root)):
+        launch(workers, [sys.executable, "-m", reference_runner(root), str(work / f"{name}.job.json")],
+               timeout=timeout, stream=False)
+
+
 def verify_code(cfg: Config, reference: str | Path, results: dict, *, showers: int = 256,
-                timeout: float = 3600) -> dict | None:
-    """Train the study's first run shortened to ``showers`` with this checkout and with
-    ``reference`` and compare them (see the module). Returns the ``equivalent_code`` entry added
-    to ``results`` (None when this checkout already has the study's hash); the caller saves."""
+                kinds: Sequence[str] | None = None, allow_dirty: bool = False,
+                timeout: float = 3600) -> StudyCheck | None:
+    """Check this checkout against ``reference`` on short runs of each kind the study holds
+    (``kinds``: these instead; see the module). Returns the :class:`StudyCheck` added to
+    ``results["checks"]`` (None when this checkout already has the study's version); the caller
+    saves. Raises :class:`StudyCodeDiffers` at the first difference."""
     study_hashes = {r.get("code_hash") for r in results.get("runs", {}).values()}
     if len(study_hashes) != 1:
         raise StudyCodeDiffers(f"the results hold runs of {len(study_hashes)} code versions "
@@ -155,32 +257,77 @@ def verify_code(cfg: Config, reference: str | Path, results: dict, *, showers: i
     now = code_hash()
     if now == study_hash:
         return None
-    root = package_root(reference)
+    commit = git_commit()
+    clean = commit is not None and not commit.endswith("-dirty")
+    if not clean and not allow_dirty:
+        raise StudyCodeDiffers(
+            f"this checkout is {'not in git' if commit is None else 'a tree with uncommitted changes'}"
+            ": commit first, so the check names code that exists (or pass allow_dirty, "
+            "--allow-dirty, and the check is marked so)")
+    work = ensure_dir(resolve_path(cfg.study.workdir) / "verify-code")
+    root, ref_commit = reference_package(reference, work)
     ref_hash = reference_hash(root)
     if ref_hash != study_hash:
         raise StudyCodeDiffers(f"{reference} holds training code {ref_hash}; the study was made "
                                f"by {study_hash}: give a copy of the package that made it")
-    s = cfg.study
+    wanted = list(kinds) if kinds else needed_kinds(results)
+    not_checked = {}
+    if "bfloat16" in wanted and not runtime.cpu_has_bf16():
+        wanted.remove("bfloat16")
+        not_checked["bfloat16"] = "this CPU has no bfloat16 arithmetic (AVX512_BF16 or AMX)"
+    if "bfloat16" not in wanted and "bfloat16" not in not_checked and \
+            all(r.get("precision", "float32") == "float32" for r in results["runs"].values()):
+        not_checked["bfloat16"] = "the study holds float32 runs only"
     short = cfg.replace(**{"study.showers": showers, "study.points": 2})
-    first = run_config(short, Run("eq", 1, "linear", 1, 0))  # named error if showers won't divide
-    work = ensure_dir(resolve_path(s.workdir) / "verify-code")
-    folders = {}
-    for name, pythonpath in (("this", None), ("reference", str(root))):
-        c = first.replace(**{
-            "data.path": str(work / name / "data"), "train.output": str(work / name / "run")})
-        config = to_dict(c) if pythonpath is None else reference_config(root, to_dict(c))
-        job = {"task": "trains", "threads": runtime.cpu_count(), "out": str(work / f"{name}.out.json"),
-               "configs": [config]}
-        write_json(work / f"{name}.job.json", job)
-        log.info("verify-code: training %d showers with %s code", showers, name)
-        with runtime.pythonpath(pythonpath):
-            launch(1, [sys.executable, "-m", "gan3d.scaling.probes", str(work / f"{name}.job.json")],
-                   timeout=timeout, stream=False)
-        folders[name] = work / name / "run"
-    numbers, weights = compare_runs(folders["this"], folders["reference"])
-    entry = {"same_as": study_hash, "run": "1w-s0", "showers": showers,
-             "compared": f"{numbers} history numbers and {weights} generator weights, bit for bit",
-             "checked": datetime.date.today().isoformat()}
-    results.setdefault("equivalent_code", {})[now] = entry
-    log.info("verify-code: %s makes the study's numbers (%s)", now, entry["compared"])
+    done: dict[str, KindCheck] = {}
+    for kind in wanted:
+        run, extra = kind_run(cfg, kind)
+        base = run_config(short, run).replace(**extra)  # named error if showers won't divide
+        folders = {}
+        for name, pkg in (("this", None), ("reference", root)):
+            c = base.replace(**{"data.path": str(work / name / "data"),
+                                "train.output": str(work / name / kind)})
+            config = to_dict(c) if pkg is None else reference_config(root, to_dict(c))
+            log.info("verify-code: %s (%d worker(s), %d showers) with %s code", kind, run.workers,
+                     showers, name)
+            _train(pkg, config, run.workers, work, f"{name}-{kind}", timeout)
+            folders[name] = work / name / kind
+        numbers, weights = compare_runs(folders["this"], folders["reference"])
+        done[kind] = {"run": run.id, "workers": run.workers, "showers": showers,
+                      "compared": f"{numbers} history numbers and {weights} generator weights",
+                      "equality": "bit for bit"}
+        log.info("verify-code: %s equal (%s)", kind, done[kind]["compared"])
+    from ..io import provenance
+
+    entry: StudyCheck = {
+        "schema": CHECK_SCHEMA, "same_as": study_hash,
+        "reference": {"commit": ref_commit, "code_hash": ref_hash},
+        "checkout": {"commit": commit, "clean": clean}, "kinds": done,
+        "not_checked": not_checked, "machine": provenance()["machine"] | {
+            "cpu": _cpu_model(), "bfloat16": runtime.cpu_has_bf16()},
+        "checked": datetime.datetime.now(datetime.timezone.utc).date().isoformat()}
+    results.setdefault("checks", {})[now] = entry
+    log.info("verify-code: %s makes the study's numbers in %s", now, ", ".join(done))
     return entry
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
+def covered(results: dict, version: str) -> set[str]:
+    """The kinds of run that a behavioural check of ``version`` showed to train like the study's
+    own version (empty: none)."""
+    entry = results.get("checks", {}).get(version)
+    if not entry:
+        return set()
+    study = {r.get("code_hash") for r in results.get("runs", {}).values()}
+    return set(entry.get("kinds", {})) if study == {entry.get("same_as")} else set()
