@@ -6,7 +6,7 @@
 TensorFlow and Horovod once is most of the cost); results go to ``OUT_DIR/<name>/rank<r>.json``.
 Modes:
 
-* ``sync``: models built from a different seed on every rank, broadcast from rank 0, then k
+* ``sync`` (args: steps, batch, precision): models built from a different seed on every rank, broadcast from rank 0, then k
   training steps on different data per rank; writes SHA-256 digests of the initial weights, of
   every trainable weight and optimiser variable after the steps, and of all model variables after the
   BatchNorm statistics were averaged, plus the per-rank seeds and losses.
@@ -40,11 +40,11 @@ def _write(out: str, rank: int, payload: dict) -> None:
         json.dump(payload, fh)
 
 
-def _step(seed: int = 5):
+def _step(seed: int = 5, precision: str = "float32"):
     from gan3d.config import resolve
     from gan3d.gan.training import build_step
 
-    return build_step(resolve("quick", {"train.seed": seed, "train.precision": "float32"}))
+    return build_step(resolve("quick", {"train.seed": seed, "train.precision": precision}))
 
 
 def _random_batch(rng, b: int) -> dict:
@@ -54,11 +54,11 @@ def _random_batch(rng, b: int) -> dict:
             "ecal_sum": image.sum(axis=(1, 2, 3, 4)).astype(np.float32)}
 
 
-def sync(out: str, steps: int = 2, b: int = 2) -> None:
+def sync(out: str, steps: int = 2, b: int = 2, precision: str = "float32") -> None:
     from gan3d.parallel import distributed
 
     world = distributed.init()
-    step = _step(seed=5 + world.rank)  # different initial weights on every rank ...
+    step = _step(seed=5 + world.rank, precision=precision)  # different initial weights ...
     initial = _digest(step.g.trainable_variables + step.d.trainable_variables)
     step.broadcast_state()  # ... until rank 0's are broadcast
     step.reseed(5, world.rank, 0)
@@ -70,7 +70,8 @@ def sync(out: str, steps: int = 2, b: int = 2) -> None:
     bn_before = _digest([v for v in step.model_variables() if not v.trainable])
     step.average_batch_statistics()
     _write(out, world.rank, {"rank": world.rank, "size": world.size, "seeds": seeds,
-                             "initial": initial,
+                             "initial": initial, "policy": step.d.dtype_policy.name,
+                             "layers": sorted({type(x).__name__ for x in step.d.layers}),
                              "losses": losses, "trained": trained, "optimiser": optimiser,
                              "bn_before_sync": bn_before, "all_after_sync": _digest(step.state_variables())})
 
