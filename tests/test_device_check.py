@@ -56,7 +56,10 @@ def test_device_check_runs_without_tensorflow_and_its_generator_loads_in_tensorf
     assert 0 < timed["share_of_matmul_ceiling"] < 1.5 and timed["share_of_peak"] is None
     assert np.isfinite(timed["losses"]).all()
     tr = r["training"]
-    assert tr["status"] == "ok" and tr["steps"] > 3 and tr["seconds"] >= 8
+    assert tr["status"] == "ok" and tr["steps"] > 3
+    # --train-seconds 8, with 400 s of budget left: the loop stops at the first step after 8 s,
+    # not at the budget (as max for min would do); halfway is far from either on any machine
+    assert 8 <= tr["seconds"] < (8 + 400) / 2
     assert tr["showers_seen"] == tr["steps"] * r["global_batch"]
     assert tr["curve"] and all(0 <= p["mon_targets_met"] <= 20 for p in tr["curve"])
     assert "mon_profile_distance_400" in tr["final_monitors"]

@@ -75,20 +75,54 @@ def test_forward_flops_from_hand_counted_convolutions(nets):
     assert model.forward_flops(gen) == pytest.approx(0.511e9, rel=3e-3)
 
 
-def test_step_flops_convention(nets):
+def _hand_counted_forward_flops() -> tuple[int, int]:
+    """(D, G): FLOPs of one forward pass per shower, summed layer by layer from the shapes of the
+    reference networks (multiply-add 2, bias add and activation 1, BatchNorm 2 per output)."""
+    v25, v23, v11 = 25**3, 23**3, 11**3
+    d = ((2 * 125 * 1 * 32 * v25 + 32 * v25) + 32 * v25  # conv1 5^3, 1 -> 32 ("same"), LeakyReLU
+         + (2 * 125 * 32 * 8 * v25 + 8 * v25) + 8 * v25 + 2 * 8 * v25  # conv2, LeakyReLU, BN
+         + (2 * 125 * 8 * 8 * v25 + 8 * v25) + 8 * v25 + 2 * 8 * v25  # conv3 (pad 2)
+         + (2 * 125 * 8 * 8 * v23 + 8 * v23) + 8 * v23 + 2 * 8 * v23  # conv4 (pad 1): 23^3
+         + 8 * 8 * v11  # 2^3 average pooling to 11^3 x 8
+         + (2 * 10_648 + 1 + 1) + (2 * 10_648 + 1)  # sigmoid and linear heads
+         + v25)  # the ECAL sum
+    a, b, c = 7 * 7 * 8, 13 * 14 * 9, 26**3
+    g = ((2 * 200 * 3136 + 3136)  # dense 200 -> 7 x 7 x 8 x 8
+         + (2 * (6 * 6 * 8 * 8) * 64 * a + 64 * a) + 64 * a + 2 * 64 * a  # conv1, LeakyReLU, BN
+         + (2 * (6 * 5 * 8 * 64) * 6 * b + 6 * b) + 6 * b + 2 * 6 * b  # conv2 after up1 + pad2
+         + (2 * (3 * 3 * 8 * 6) * 6 * c + 6 * c) + 6 * c  # conv3 after up2 + pad3, LeakyReLU
+         + 2 * 8 * 6 * v25 + v25)  # conv4 2^3 (no bias), ReLU
+    return d, g
+
+
+def test_step_flops_from_the_passes_of_the_step(nets):
     gen, disc = nets
-    g, d = model.forward_flops(gen), model.forward_flops(disc)
-    assert model.step_flops(gen, disc) == 10 * d + 7 * g
-    assert model.step_flops(gen, disc, frozen_weight_grads=True) == 12 * d + 7 * g
+    d, g = _hand_counted_forward_flops()
+    assert (model.forward_flops(disc), model.forward_flops(gen)) == (d, g)
+    # The step's passes, a trained network at 3 x forward (forward, input and weight gradients):
+    # D on the real batch; G forward for the fakes and D on them; then twice G trained through
+    # the frozen D, at 2 x forward (its weight gradients pruned) or 3 x (the prototype's count).
+    passes = {"D real": 3 * d, "G fakes": g, "D fakes": 3 * d}
+    pruned = dict(passes, **{"G updates": 2 * (3 * g + 2 * d)})
+    counted = dict(passes, **{"G updates": 2 * (3 * g + 3 * d)})
+    assert model.step_flops(gen, disc) == sum(pruned.values())  # 19.30 GFLOP
+    assert model.step_flops(gen, disc, frozen_weight_grads=True) == sum(counted.values())
     assert model.step_flops(gen, disc, frozen_weight_grads=True) == pytest.approx(22.4e9, rel=0.01)
 
 
 def test_generated_showers_are_gev_and_the_ecal_head_sums_them(nets):
+    import keras
+
     gen, disc = nets
     energies = np.array([20.0, 100.0, 400.0])
     showers = model.generate_showers(gen, energies, seed=5, batch_size=2)
     assert showers.shape == (3, 25, 25, 25) and showers.dtype == np.float32
-    assert (showers >= 0).all()  # ReLU output
+    # The last layer is a ReLU: each cell is max(0, conv4's output) / 100, zero where it is < 0.
+    latent = model.latent_vectors(energies, seed=5)
+    pre = keras.Model(gen.inputs, gen.get_layer("conv4").output)([latent]).numpy()[..., 0]
+    np.testing.assert_allclose(showers, np.maximum(pre, 0.0) / 100.0, rtol=1e-4,
+                               atol=1e-6 * showers.max())
+    assert (showers == 0).mean() == pytest.approx((pre < 0).mean(), abs=1e-3)
     again = model.generate_showers(gen, energies, seed=5, batch_size=2)
     np.testing.assert_array_equal(showers, again)  # same seed, same showers
     # The generator's x100 scale is undone: its raw output is 100 x the returned GeV.
@@ -96,7 +130,16 @@ def test_generated_showers_are_gev_and_the_ecal_head_sums_them(nets):
     np.testing.assert_allclose(raw / 100.0, showers, rtol=1e-4, atol=1e-7)  # batch-size rounding
     out = model.discriminate(disc, showers)
     np.testing.assert_allclose(out["ecal_sum_gev"], showers.sum(axis=(1, 2, 3)), rtol=1e-5)
-    assert ((out["p_real"] > 0) & (out["p_real"] < 1)).all()
+    # The two dense heads, computed here from D's features of the showers in network units:
+    # p_real = 1 / (1 + exp(-(w.f + b))), the primary energy in GeV = 100 x (w'.f + b').
+    features = keras.Model(disc.inputs, disc.get_layer("flatten").output)(
+        [showers[..., None] * 100.0]).numpy().astype(np.float64)
+    w, b = (np.asarray(v, np.float64) for v in disc.get_layer("generation").weights)
+    w_e, b_e = (np.asarray(v, np.float64) for v in disc.get_layer("auxiliary").weights)
+    np.testing.assert_allclose(out["p_real"], 1 / (1 + np.exp(-(features @ w + b)[:, 0])),
+                               rtol=1e-5)
+    np.testing.assert_allclose(out["energy_gev"], 100.0 * (features @ w_e + b_e)[:, 0],
+                               rtol=1e-4, atol=1e-4)
 
 
 def test_latent_is_energy_times_gaussian():

@@ -14,7 +14,7 @@ from gan3d.validation import monitors
 @pytest.mark.slow
 def test_export_then_load_gives_the_same_networks(tmp_path):
     from gan3d.gan import training
-    from gan3d.gan.model import generate_showers, load_generator
+    from gan3d.gan.model import generate_showers, load_discriminator, load_generator
 
     cfg = config.resolve("quick", {
         "data.path": str(tmp_path / "data"), "data.n_showers": 48, "data.n_files": 4,
@@ -40,7 +40,11 @@ def test_export_then_load_gives_the_same_networks(tmp_path):
     trained = load_generator(run.generator)
     e = np.array([50.0, 400.0])
     assert np.array_equal(generate_showers(gen, e, seed=1), generate_showers(trained, e, seed=1))
-    assert disc.count_params() > 0
+    # the shipped discriminator is the trained one, not a freshly built network of the same shape
+    trained_d = load_discriminator(tmp_path / "run" / "discriminator.keras")
+    assert len(disc.weights) == len(trained_d.weights) == 24
+    for a, b in zip(disc.weights, trained_d.weights):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     assert (folder / "generator.weights.h5").stat().st_size < 5e6  # weights only, float32
     # a run still training has no generator.keras yet: its newest checkpoint is exported
     (tmp_path / "run" / "generator.keras").unlink()

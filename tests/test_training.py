@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 
 import numpy as np
 import pytest
@@ -53,7 +54,21 @@ def _digest(path):
 @pytest.mark.slow
 def test_train_outputs_then_nan_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
     cfg = _tiny(tmp_path)
+    # Every step the loop takes, seen from outside: its clock, its losses, its showers.
+    seen = []
+    real_step = step.GanStep.train_step
+
+    def recorded(self, batch, draws=None, **kwargs):
+        t0 = time.perf_counter()
+        losses = np.asarray(real_step(self, batch, draws, **kwargs), np.float64)
+        seen.append((t0, time.perf_counter(), losses, len(batch["energy"])))
+        return losses
+
+    monkeypatch.setattr(step.GanStep, "train_step", recorded)
+    t_run = time.perf_counter()
     result = training.train(cfg)
+    wall = time.perf_counter() - t_run
+    monkeypatch.setattr(step.GanStep, "train_step", real_step)
     out = tmp_path / "out"
     rows = read_history(out / "history.jsonl")
     assert [r["epoch"] for r in rows] == [1, 2]
@@ -64,17 +79,24 @@ def test_train_outputs_then_nan_keeps_the_last_good_checkpoint(tmp_path, monkeyp
                0 <= r["mon_targets_met"] <= 20 for r in rows)
     # and local SGD's columns: at k = 1 the gradients are all-reduced, no model syncs
     assert all((r["sync_every"], r["syncs"], r["time_sync_s"]) == (1, 0, 0.0) for r in rows)
-    assert all(np.isfinite(r["mon_max_layer_100"]) and r["time_monitor_s"] > 0 for r in rows)
+    assert all(np.isfinite(r["mon_max_layer_100"]) for r in rows)
     assert [r["showers_seen"] for r in rows] == [4, 8]
     assert [r["timed"] for r in rows] == [False, True]  # the quick profile's 1 warm-up epoch
     for r in rows:
         assert r["workers"] == 1 and r["steps"] == 2 and r["eval_mode"] == "distributed"
         assert r["precision"] == runtime.resolve_precision("auto")  # recorded as resolved
         assert np.isfinite([r["d_loss"], r["g_loss"], r["test_d_loss"], r["test_g_loss"]]).all()
-        assert r["d_loss"] == pytest.approx(sum(w * r[k] for w, k in
-                                                zip((2, 0.1, 0.1), ("d_bce", "d_aux", "d_ecal"))))
-        assert r["time_epoch_s"] == pytest.approx(r["time_train_s"] + r["time_eval_s"])
-        assert r["showers_per_s"] == pytest.approx(2 * 2 / r["time_train_s"])
+    # The history against the steps seen: 2 steps an epoch, whose mean losses each row holds;
+    # the train time spans its steps; the speed counts the showers the steps were given.
+    assert len(seen) == 4
+    for r, steps in zip(rows, (seen[:2], seen[2:])):
+        np.testing.assert_allclose([r[k] for k in step.LOSS_NAMES],
+                                   np.mean([s[2] for s in steps], axis=0), rtol=1e-6)
+        assert r["time_train_s"] >= steps[-1][1] - steps[0][0]
+        assert r["showers_per_s"] == pytest.approx(sum(s[3] for s in steps) / r["time_train_s"])
+    # epoch 1's evaluation and monitors ran between its last step and epoch 2's first
+    assert rows[0]["time_eval_s"] + rows[0]["time_monitor_s"] <= seen[2][0] - seen[1][1]
+    assert sum(r["time_epoch_s"] + r["time_monitor_s"] for r in rows) <= wall
     assert result.final == rows[-1] and len(result.epoch_times) == 2
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["epoch-0001.npz",
                                                                         "epoch-0002.npz"]
@@ -87,7 +109,6 @@ def test_train_outputs_then_nan_keeps_the_last_good_checkpoint(tmp_path, monkeyp
     # A NaN in epoch 3 of a resumed run: named error, epochs 1-2 stay exactly as they were.
     before = {p.name: _digest(p) for p in [*(out / "checkpoints").iterdir(), out / "history.jsonl"]}
     calls = {"n": 0}
-    real_step = step.GanStep.train_step
 
     def poisoned(self, batch, draws=None, **kwargs):
         calls["n"] += 1
