@@ -46,6 +46,7 @@ def main(argv=None) -> int:
         print(f"[bench_algorithms] skipped: {reason}")
         return 0
 
+    from gan3d import records
     from gan3d.io import provenance, write_json
     from gan3d.paths import resolve_path
 
@@ -63,7 +64,7 @@ def main(argv=None) -> int:
               f"{r['tensors']} tensors): Gloo {r['gloo_s'] * 1e3:.2f} ms, MPI {r['mpi_s'] * 1e3:.2f} "
               f"ms (MPI / Gloo {r['mpi_s'] / r['gloo_s']:.2f})")
     print(f"[bench_algorithms] leftovers: {netns.leftovers() or 'none'}")
-    path = write_json(resolve_path(opts.output), result)
+    path = write_json(resolve_path(opts.output), records.record("algorithms", result))
     print(f"[bench_algorithms] wrote {path}")
     return 0
 

@@ -53,7 +53,7 @@ def main(argv=None) -> int:
     p.add_argument("--output", default="results/bench/backends.json")
     opts = p.parse_args(argv)
 
-    from gan3d import runtime
+    from gan3d import records, runtime
     from gan3d.io import provenance, write_json
     from gan3d.paths import resolve_path
 
@@ -76,9 +76,9 @@ def main(argv=None) -> int:
         rows.append({"workers": workers, "horovod": h, "jax": j, "ratio": j / h})
         print(f"{workers:>7} {h:>18.2f} {j:>14.2f} {j / h:>12.2f}")
     machine = {"cores": runtime.cpu_count(), "cpu_has_bf16": runtime.cpu_has_bf16()}
-    path = write_json(resolve_path(opts.output), {
+    path = write_json(resolve_path(opts.output), records.record("backends", {
         "benchmark": "backends", "settings": vars(opts), "machine": machine, "rates": rates,
-        "table": rows, "provenance": provenance()})
+        "table": rows}, provenance=provenance()))
     print(f"[bench_backends] wrote {path}")
     return 0
 

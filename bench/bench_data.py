@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gan3d import runtime
+from gan3d import records, runtime
 from gan3d.data import files, sharding, showers
 from gan3d.data.generate import generate_dataset
 from gan3d.config import resolve
@@ -190,7 +190,7 @@ def main() -> None:
     res["load_average_after"] = os.getloadavg()
     res["provenance"] = provenance({"arguments": vars(args)})
     print(table(res))
-    write_json(args.output, res)
+    write_json(args.output, records.record("data", res))
     print(f"wrote {args.output}")
 
 

@@ -25,7 +25,7 @@ import argparse
 import statistics
 import time
 
-from gan3d import runtime
+from gan3d import records, runtime
 from gan3d.io import write_json
 from gan3d.paths import resolve_path
 
@@ -90,7 +90,7 @@ def main(argv=None) -> dict:
                   "ratios": ratios, "threads": {"intra_op": threads[0], "inter_op": threads[1]},
                   "settings": vars(args)})
     _print(speed)
-    write_json(resolve_path(args.out), speed)
+    write_json(resolve_path(args.out), records.record("inference", speed))
     print(f"wrote {resolve_path(args.out)}")
     return speed
 

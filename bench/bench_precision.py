@@ -36,12 +36,13 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from gan3d import console, runtime  # noqa: E402
+from gan3d import console, records, runtime  # noqa: E402
 from gan3d.config import resolve, to_dict  # noqa: E402
 from gan3d.convergence import analysis  # noqa: E402
 from gan3d.convergence.analysis import FINAL_POINTS, final_values  # noqa: E402
 from gan3d.convergence.plan import Run, run_config, summarise_history  # noqa: E402
-from gan3d.io import ensure_dir, provenance, read_json, write_json  # noqa: E402
+from gan3d.io import ensure_dir, provenance, write_json  # noqa: E402
+from gan3d.parallel import jobs  # noqa: E402
 from gan3d.parallel.launch import launch  # noqa: E402
 
 log = console.get_logger("gan3d.bench_precision")
@@ -151,7 +152,7 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
     ensure_dir(opts.workdir)
-    result = read_json(opts.output) if opts.output.is_file() else {}
+    result = records.read(opts.output, "precision") if opts.output.is_file() else {}
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(opts).items()
                 if k not in ("workdir", "output", "force", "seeds")}
     stored = {k: v for k, v in result.get("settings", {}).items() if k != "seeds"}
@@ -169,8 +170,7 @@ def main(argv=None) -> int:
         write_json(opts.workdir / f"{rid}.job.json", job)
         log.info("run %s: 1 worker x %d threads, %d steps of %d", rid, cores, opts.steps, opts.batch)
         t0 = time.perf_counter()
-        launch(1, [sys.executable, "-m", "gan3d.scaling.probes", str(opts.workdir / f"{rid}.job.json")],
-               timeout=3600, stream=False)
+        launch(1, jobs.command(opts.workdir / f"{rid}.job.json"), timeout=3600, stream=False)
         rows = harvest(folder, opts.points)
         if rows is None:
             raise SystemExit(f"run {rid} ended without its history and generator in {folder}")
@@ -182,7 +182,7 @@ def main(argv=None) -> int:
         result["comparison"] = compare(result["runs"])
         result["provenance"] = provenance({"cpu_bf16": runtime.cpu_has_bf16(),
                                            "final_points": FINAL_POINTS})
-        write_json(opts.output, result)
+        write_json(opts.output, records.record("precision", result))
     print(table(result))
     return 0
 

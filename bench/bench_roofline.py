@@ -33,7 +33,7 @@ def main(argv=None) -> int:
     p.add_argument("--output", default="results/bench/roofline.json")
     opts = p.parse_args(argv)
 
-    from gan3d import config, runtime
+    from gan3d import config, records, runtime
     from gan3d.exceptions import ConfigError
     from gan3d.io import provenance, write_json
     from gan3d.paths import resolve_path
@@ -63,9 +63,9 @@ def main(argv=None) -> int:
         profiles[prec] = experiments.layer_profile(cfg, threads=opts.threads,
                                                    repeats=opts.repeats)
         print(roofline.profile_table(profiles[prec], top=opts.top), flush=True)
-    path = write_json(out, {"benchmark": "roofline", "cpu_has_bf16": bf16, "notes": notes,
-                            "settings": vars(opts), "profiles": profiles,
-                            "provenance": provenance()})
+    path = write_json(out, records.record("roofline", {
+        "benchmark": "roofline", "cpu_has_bf16": bf16, "notes": notes, "settings": vars(opts),
+        "profiles": profiles}, provenance=provenance()))
     print(f"[bench_roofline] wrote {path}")
     return 0
 

@@ -91,13 +91,13 @@ def probe_bf16(opts) -> dict:
 def worker(args: dict, out: str) -> None:
     """Runs in every rank: pin, time the step, then the matmul ceiling."""
     from gan3d.config import resolve
+    from gan3d.parallel import jobs
     from gan3d.scaling.probes import measure_step_rate
-    from gan3d.scaling import probes
 
     # A worker is `threads` cores, at every count: mpirun gives a lone rank every core.
-    probes.pin_threads(args["threads"])
+    jobs.pin_threads(args["threads"])
     if args.get("core") is not None:  # one of an independent pair: its own core
-        probes.pin_to({args["core"]})
+        jobs.pin_to({args["core"]})
     cfg = resolve("quick", {"train.batch_size": args["batch"], "train.precision": args["precision"],
                             **args.get("overrides", {})})
     result = measure_step_rate(cfg, steps=args["steps"], warmup=args["warmup"],
@@ -342,6 +342,7 @@ def main(argv=None) -> int:
 
         guard(worker, json.loads(opts.worker[0]), opts.worker[1])
         return 0
+    from gan3d import records
     from gan3d.config import parse_overrides, resolve
     from gan3d.exceptions import ConfigError
     from gan3d.gan.model import step_flops
@@ -363,11 +364,11 @@ def main(argv=None) -> int:
             print(f"[bench_training] bfloat16 skipped: {notes['bfloat16']['why']}", flush=True)
 
     def save(name: str, benchmark: str, settings: dict, **body) -> int:
-        out = write_json(resolve_path(opts.output.replace("training.json", name)), {
-            "benchmark": benchmark, **body,
-            "settings": {**settings, "steps": opts.steps, "warmup": opts.warmup,
-                         "repeats": opts.repeats, "overrides": opts.overrides},
-            "cpu_has_bf16": bf16, "notes": notes, "provenance": provenance()})
+        out = write_json(resolve_path(opts.output.replace("training.json", name)), records.record(
+            "training", {"benchmark": benchmark, **body,
+                         "settings": {**settings, "steps": opts.steps, "warmup": opts.warmup,
+                                      "repeats": opts.repeats, "overrides": opts.overrides},
+                         "cpu_has_bf16": bf16, "notes": notes}, provenance=provenance()))
         print(f"[bench_training] wrote {out}")
         return 0
 

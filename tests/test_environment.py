@@ -65,63 +65,6 @@ def test_horovod_has_tensorflow_mpi_and_gloo():
 
 
 @pytest.mark.slow
-def test_doctor_reports_no_problem():
-    from gan3d.doctor import collect
-
-    info, problems = collect()
-    assert problems == []
-    assert info["horovod"]["mpi"] and info["horovod"]["gloo"]
-    assert len(info["libmpi loaded"]) == 1, "mpi4py and Horovod must use one and the same libmpi"
-
-
-def test_doctor_says_what_a_gpu_node_lacks():
-    """On a GPU node the CPU build of TensorFlow, or Horovod without NCCL, is a problem with its
-    fix; on this CPU machine neither is (the report lists no GPU and the CPU's bfloat16)."""
-    from gan3d import doctor
-
-    info, problems = doctor.collect()
-    assert info["gpus"] == [] and isinstance(info["cpu bfloat16"], bool)
-    assert info["tensorflow build"] == {"cuda": None, "cudnn": None}  # the pinned CPU build
-    gpu_node = dict(info, gpus=["GPU 0: Tesla P100-SXM2-16GB (compute capability 6.0, "
-                                "train.precision auto -> float16)"])
-    found = doctor._problems(gpu_node)
-    assert any("CPU build of TensorFlow" in p and "tensorflow[and-cuda]" in p for p in found)
-    assert any("without NCCL" in p and "HOROVOD_GPU_OPERATIONS=NCCL" in p for p in found)
-    built = dict(gpu_node, **{"tensorflow build": {"cuda": "12.5.1", "cudnn": "9"}},
-                 horovod=dict(info["horovod"], nccl=True))
-    assert doctor._problems(built) == problems
-
-
-def test_doctor_names_each_missing_or_old_dependency_with_its_fix(monkeypatch):
-    """gan3d installed with --no-deps into another environment: doctor lists each declared
-    dependency that is missing or too old, with the pip command that adds it."""
-    from importlib import metadata
-
-    from gan3d import doctor
-
-    real = metadata.version
-
-    def version(name):
-        if name == "papermill":
-            raise metadata.PackageNotFoundError(name)
-        return "1.0" if name == "scipy" else real(name)
-
-    monkeypatch.setattr(metadata, "version", version)
-    deps = doctor._requirements()
-    assert deps["papermill"].startswith("MISSING") and "TOO OLD" in deps["scipy"]
-    assert deps["numpy"] == real("numpy")
-    info = {"environment": "other (/opt/site)", "dependencies": deps, "horovod": {"mpi": True,
-            "gloo": True}, "gpus": [], "tensorflow build": {}, "mpi4py": {}, "mpirun": {},
-            "libmpi loaded": ["x"], "jupyter kernel 'gan3d'": {"matches": True},
-            **{n: "1" for n in ("tensorflow", "keras", "ipyparallel", "papermill", "h5py")}}
-    found = doctor._problems(info)
-    assert "papermill is missing; pip install 'papermill>=2.5'" in found
-    assert "scipy is 1.0; pip install 'scipy>=1.11'" in found
-    info["horovod"] = {"error": "No module named 'horovod'"}
-    assert any("site's Horovod module" in p for p in doctor._problems(info))
-
-
-@pytest.mark.slow
 def test_an_environment_without_the_dependencies_gets_a_named_list_not_a_traceback(tmp_path):
     """`pip install -e . --no-deps` into a bare environment (no network needed): the command
     starts, names what it lacks and exits 2."""

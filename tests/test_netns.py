@@ -12,7 +12,7 @@ import pytest
 
 from gan3d.exceptions import RankFailed
 from gan3d.parallel import netns
-from gan3d.scaling import network
+from gan3d.scaling import interconnect
 
 needs_root = pytest.mark.skipif(netns.unavailable() is not None,
                                 reason=f"cannot emulate a network here: {netns.unavailable()}")
@@ -27,7 +27,7 @@ def test_the_ring_model_is_calibrated_on_the_link_and_on_the_unshaped_ring():
         return {"profile": profile, "ranks": 2, "slow_link": None, "time_s": t,
                 "links": [{"bandwidth_Bps": bandwidth, "latency_s": lat}]}
 
-    result = network._with_model({"sizes": sizes, "rows": [row("native", 3e9), row("1gbe", 1e8),
+    result = interconnect._with_model({"sizes": sizes, "rows": [row("native", 3e9), row("1gbe", 1e8),
                                                             row("10gbe", 1.2e9)]})
     cal = result["calibration"]["2"]
     assert cal["overhead_s"] == pytest.approx(o, rel=0.1)  # the link's latency hops taken out
@@ -36,12 +36,12 @@ def test_the_ring_model_is_calibrated_on_the_link_and_on_the_unshaped_ring():
     assert native["calibration_row"] and not slow["calibration_row"]
     assert slow["max_abs_error_ge_1MiB"] < 0.03  # link-bound: the link's bandwidth sets it
     assert fast["max_abs_error_ge_1MiB"] < 0.03  # 1.2 GB/s link, 1 GB/s CPUs: the CPUs set it
-    assert "(calibration)" in network.model_table(result)
+    assert "(calibration)" in interconnect.model_table(result)
 
 
 def test_unknown_profiles_and_single_ranks_are_refused():
     with pytest.raises(ValueError, match="unknown network profile"):
-        netns._profile("carrier-pigeon")
+        netns.link_profile("carrier-pigeon")
     if netns.unavailable() is None:
         with pytest.raises(ValueError, match="at least 2 ranks"):
             netns.Network(1)
@@ -57,7 +57,7 @@ def test_ranks_sit_in_their_own_namespaces_and_links_are_shaped():
                              capture_output=True, text=True, timeout=30).stdout
         assert net.hosts[1] in out and net.addresses[1] in out
         assert net.addresses[0] not in out  # not rank 0's interface: another namespace
-        link = network.link_check(net)
+        link = interconnect.link_check(net)
         # tbf at 125 MB/s: TCP's payload gets within 10 % of it
         assert 0.85 * 125e6 < link["bandwidth_Bps"] < 1.02 * 125e6, link
         assert 0 < link["latency_s"] < 5e-3
@@ -105,7 +105,7 @@ def test_the_fusion_table_reads_measured_against_modelled():
     row = {"profile": "1gbe", "ranks": 2, "net": "G", "tensors": 13, "bytes": 3_491_232,
            "link": {"bandwidth_Bps": 1.2e8, "latency_s": 1.5e-5}, "fused_s": 0.0335,
            "unfused_s": 0.0575, "model_fused_s": 0.0315, "per_message_s": (0.0575 - 0.0335) / 12}
-    table = network.fusion_table({"rows": [row]})
+    table = interconnect.fusion_table({"rows": [row]})
     assert "| 1gbe | G | 13 | 3.49 | 33.5 (31.5) | 57.5 | 2.00 | 42% |" in table
 
 

@@ -97,7 +97,7 @@ def test_import_graph_has_no_cycle():
 
 
 FOUNDATION = {"gan3d", "gan3d._compat", "gan3d.exceptions", "gan3d.paths", "gan3d.config",
-              "gan3d.io", "gan3d.runtime", "gan3d.console"}
+              "gan3d.io", "gan3d.records", "gan3d.runtime", "gan3d.console"}
 # Which rooms a room may import from (besides itself and the foundation).
 LAYERS = {
     "data": set(),
@@ -112,7 +112,9 @@ LAYERS = {
 ALLOWED = {
     # A launcher of training on ipyparallel engines: it runs gan.training on the engines.
     ("gan3d.parallel.cluster", "gan3d.gan.training"),
-    ("gan3d.parallel.cluster", "gan3d.gan.jax_training"),
+    # The job runner on mpirun ranks: its train tasks run gan.training in each rank (the probes
+    # of scaling it names by "module:function" and imports only in the ranks that run them).
+    ("gan3d.parallel.jobs", "gan3d.gan.training"),
     # Training reports the physics monitors of its generator every epoch (pure NumPy, no gan).
     ("gan3d.gan.training", "gan3d.validation.monitors"),
     # The shipped reference generator carries its monitors (measured again when exported).
@@ -148,6 +150,51 @@ def test_horovod_and_mpi4py_are_imported_in_parallel_only_and_marked():
                 assert name == "gan3d.parallel.distributed", f"{name}:{lineno} imports {raw}"
                 assert "# DISTRIBUTED" in lines[lineno - 1], f"{name}:{lineno} is not marked"
     assert len(seen) >= 3  # horovod, mpi4py and mpi4py.MPI
+
+
+# Calls that talk to other ranks (parallel/distributed.py's rule: each line is marked DISTRIBUTED).
+COLLECTIVES = {"allreduce", "average", "broadcast", "broadcast_object", "broadcast_variables",
+               "broadcast_arrays", "broadcast_one_to_all", "broadcast_state", "average_state",
+               "average_batch_statistics", "allgather", "grouped_allreduce", "process_allgather",
+               "barrier", "mpi_barrier", "mpi_allreduce_sum", "mpi_max", "mpi_rank", "mpi_size",
+               "Allreduce", "Barrier", "sync_global_devices", "gloo_rendezvous", "collective",
+               "pmean"}
+# Starting the world talks to the others too; these names are checked on the collectives' owners.
+STARTS = {"init", "init_jax", "initialize", "join"}
+OWNERS = {"distributed", "mpi", "hvd", "_hvd()", "_jaxdist()", "jax.distributed"}
+
+
+def _unmarked(source: str) -> tuple[int, list[tuple[int, str]]]:
+    """(calls that talk to other ranks, those whose lines carry no DISTRIBUTED mark)."""
+    lines, seen, wrong = source.splitlines(), 0, []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", None)
+        if not (name in COLLECTIVES or name in STARTS and isinstance(f, ast.Attribute)
+                and ast.unparse(f.value) in OWNERS):
+            continue
+        seen += 1
+        if not any("DISTRIBUTED" in line for line in lines[node.lineno - 1:node.end_lineno]):
+            wrong.append((node.lineno, lines[node.lineno - 1].strip()))
+    return seen, wrong
+
+
+def test_an_unmarked_collective_is_found():
+    code = ("world = distributed.init()  # DISTRIBUTED\nx = distributed.allreduce(\n    y)\n"
+            "mpi.mpi_barrier()\nnp.broadcast_to(a, b)\nfoo.init()\n")
+    assert _unmarked(code) == (3, [(2, "x = distributed.allreduce("), (4, "mpi.mpi_barrier()")])
+
+
+def test_every_line_that_talks_to_other_ranks_is_marked():
+    seen, wrong = 0, []
+    for name, path in MODULES.items():
+        n, bad = _unmarked(path.read_text())
+        seen += n
+        wrong += [f"{name}:{lineno}: {text}" for lineno, text in bad]
+    assert seen > 50  # the walk sees the package's collectives
+    assert wrong == []
 
 
 def test_doctor_asks_parallel_for_the_builds():
@@ -193,6 +240,57 @@ def test_readme_table_lists_exactly_the_modules():
     assert listed == files
     for pkg in ("parallel", "data", "gan", "scaling", "validation", "plots"):
         assert f"`{pkg}/`" in section
+
+
+TESTS = Path(__file__).resolve().parent
+COVERAGE = README.parent / "docs" / "tests.md"
+
+
+def _reached(path: Path) -> set[str]:
+    """The gan3d modules a test file (or notebook) names: imports at any depth, ``from gan3d.x
+    import y`` as ``gan3d.x.y``, and dotted names in strings (``python -m``, kernel code); with
+    those of the ``tests/`` scripts and notebooks it names."""
+    text = path.read_text()
+    for name in re.findall(r"([\w]+\.(?:py|ipynb))\b", text):
+        for found in (*TESTS.rglob(name), *(README.parent / "notebooks").glob(name)):
+            if found != path and found.suffix in (".py", ".ipynb"):
+                text += found.read_text()
+    text = text.replace('\\n', '\n').replace('\\"', '"')  # notebooks: JSON strings
+    out = set(re.findall(r"gan3d(?:\.\w+)+", text))
+    for module, names in re.findall(r"from (gan3d[\w.]*) import \(?([\w, ]+)", text):
+        out |= {f"{module}.{n.split(' as ')[0].strip()}" for n in names.split(",") if n.strip()}
+    return out
+
+
+def _dotted(rel: str) -> str:
+    return "gan3d." + rel.removesuffix(".py").replace("/", ".")
+
+
+def test_every_module_without_a_test_file_of_its_name_names_the_test_that_covers_it():
+    rows = {m: (re.findall(r"`(test_\w+\.py)`", tests), re.findall(r"through `([\w/.]+)`", how))
+            for m, tests, how in re.findall(r"^\| `([\w/]+\.py)` \| (.+?) \|(.*)\|$",
+                                            COVERAGE.read_text(), flags=re.M)}
+    assert "docs/tests.md" in README.read_text()  # linked from the README
+    files = {str(p.relative_to(SRC)) for p in SRC.rglob("*.py")} - {"__main__.py"}
+    without = {f for f in files if Path(f).name != "__init__.py"
+               and not (TESTS / f"test_{Path(f).stem}.py").is_file()}
+    assert without - set(rows) == set()  # every module without its own test file is listed
+    graph, wrong = _graph(), []
+    for module, (tests, through) in rows.items():
+        assert module in files and tests, module
+        for via in through:  # the module (or notebook) in between imports or runs it
+            if via.endswith(".py"):
+                ok = _dotted(module) in graph[_dotted(via)] | _reached(SRC / via)  # python -m
+            else:
+                ok = _dotted(module) in _reached(README.parent / via)
+            if not ok:
+                wrong.append(f"{via} does not use {module}")
+        targets = {_dotted(v) for v in through if v.endswith(".py")} or {_dotted(module)}
+        for test in tests:
+            reached = _reached(TESTS / test)
+            if not targets & reached:
+                wrong.append(f"{test} reaches none of {sorted(targets)}")
+    assert wrong == []
 
 
 def test_modules_stay_small():

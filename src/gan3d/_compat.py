@@ -31,7 +31,7 @@ MOVED: dict[str, tuple[str, ...]] = {
     "gan3d.training": ("gan3d.gan.training", "gan3d.scaling.probes"),
     "gan3d.checkpoints": ("gan3d.gan.checkpoints",),
     "gan3d.history": ("gan3d.gan.history",),
-    "gan3d.probes": ("gan3d.scaling.probes",),
+    "gan3d.probes": ("gan3d.scaling.probes", "gan3d.parallel.jobs"),
     "gan3d.timeline": ("gan3d.scaling.timeline",),
     "gan3d.perfmodel": ("gan3d.scaling.perfmodel",),
     "gan3d.speedup": ("gan3d.scaling.speedup",),

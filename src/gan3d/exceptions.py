@@ -21,6 +21,7 @@ __all__ = [
     "NonFiniteLoss",
     "RankFailed",
     "NotebookFailed",
+    "StudyFileError",
 ]
 
 
@@ -79,3 +80,7 @@ class RankFailed(Gan3dError, RuntimeError):
 
 class NotebookFailed(Gan3dError, RuntimeError):
     """A notebook of the figure pipeline failed; names the notebook and the cell."""
+
+
+class StudyFileError(Gan3dError, ValueError):
+    """A study file of another kind than asked for, or of a newer schema than this gan3d reads."""

@@ -187,13 +187,13 @@ def measure_communication(cfg: Config, repeats: int = 20) -> dict:
     import tempfile
     from pathlib import Path
 
-    from ..scaling.experiments import _launch
+    from ..parallel.jobs import launch_job
 
     c = perfmodel.REFERENCE_COUNTS
     sizes = [32, 4 * c["d_trainable_params"], 4 * c["g_trainable_params"], int(state_bytes())]
     with tempfile.TemporaryDirectory() as tmp:
-        res = _launch(2, {"task": "allreduce", "sizes": sizes, "repeats": repeats, "threads": 1},
-                      Path(tmp), "comm", timeout=900)
+        res = launch_job(2, {"task": "allreduce", "sizes": sizes, "repeats": repeats, "threads": 1},
+                         Path(tmp), "comm", timeout=900)
     t = dict(zip(["loss", "d", "g", "state"], res["horovod_s"]))
     return {"ranks": 2, "sizes": dict(zip(["loss", "d", "g", "state"], sizes)), "horovod_s": t,
             "k1_step_s": t["loss"] + 2 * t["d"] + 2 * t["g"], "sync_s": t["loss"] + t["state"],

@@ -13,12 +13,14 @@ physics monitors evaluated ``study.points`` times per run (once per epoch):
   linear and none runs are ``eq``'s. Counts above the cores run oversubscribed (timing is not
   what this study measures).
 
-Runs of one worker count and one seed round share one MPI launch (``probes`` task ``trains``);
+Runs of one worker count and one seed round share one MPI launch (:mod:`gan3d.parallel.jobs`, task ``trains``);
 each run writes its own folder under ``study.workdir``, and after every launch the finished runs
 are summarised into ``study.output`` (atomically, with the verdicts and the communication table
 of the runs so far, :mod:`gan3d.convergence.analysis`): a stopped study loses at most the run it was
-in, and ``run_study`` continues where the file ends. The file records the code hash of the
-modules that determine a run's numbers (:func:`gan3d.convergence.plan.code_hash`); results of other code are *stale*.
+in, and ``run_study`` continues where the file ends. The file records the code version of the
+modules that determine a run's numbers (:func:`gan3d.convergence.plan.code_hash`); runs of another
+version are *stale* unless a behavioural check (:mod:`gan3d.convergence.verify`) showed this
+version to train every kind of run the study holds to the same bits.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ import numpy as np
 from .. import console, runtime
 from ..config import Config, to_dict
 from ..exceptions import Gan3dError
-from ..io import ensure_dir, provenance, read_json, write_json
+from ..io import ensure_dir, provenance, write_json
+from ..records import stamp
 from ..parallel.launch import launch
 from ..paths import resolve_path
 from .plan import Run, code_hash, plan, run_config, summarise_history
@@ -46,16 +49,23 @@ __all__ = ["run_study", "load", "stale", "status", "verify"]
 
 def load(path: str | Path) -> dict:
     """The results file (an empty study if it does not exist yet)."""
+    from ..records import read
+
     path = resolve_path(path)
-    return read_json(path) if path.is_file() else {"runs": {}}
+    return read(path, "convergence") if path.is_file() else {"runs": {}}
 
 
 def stale(results: dict) -> list[str]:
-    """Ids of the runs made by other code than this checkout's (empty: all current). Code shown
-    to make the same numbers (:func:`gan3d.convergence.verify.verify_code`) counts as the same."""
+    """Ids of the runs this checkout's training code is not known to make (empty: all current):
+    runs of another code version, unless a behavioural check of this version
+    (:func:`gan3d.convergence.verify.verify_code`) covered their kind of run."""
+    from .plan import run_kind
+    from .verify import covered
+
     now = code_hash()
-    same = {now, results.get("equivalent_code", {}).get(now, {}).get("same_as")}
-    return sorted(i for i, r in results.get("runs", {}).items() if r.get("code_hash") not in same)
+    kinds = covered(results, now)
+    return sorted(i for i, r in results.get("runs", {}).items()
+                  if r.get("code_hash") != now and run_kind(r) not in kinds)
 
 
 def _harvest(cfg: Config, results: dict, runs: list[Run], seconds: float) -> list[str]:
@@ -126,7 +136,7 @@ def _save(out: Path, results: dict) -> None:
     except Exception as exc:  # noqa: BLE001 - the runs are hours of work: write them regardless
         log.warning("study: the verdicts could not be computed (%s: %s); the runs are saved "
                     "without them", type(exc).__name__, exc)
-    write_json(ensure_dir(out.parent) / out.name, results)
+    write_json(ensure_dir(out.parent) / out.name, stamp(results, "convergence"))
 
 
 def _finite(value):
@@ -161,17 +171,19 @@ def _launch_group(cfg: Config, group: list[Run], timeout: float) -> None:
            "configs": [to_dict(run_config(cfg, r)) for r in group]}
     write_json(workdir / f"{name}.job.json", job)
     log.info("study: %d worker(s) x %d thread(s): %s", p, threads, ", ".join(r.id for r in group))
-    launch(p, [sys.executable, "-m", "gan3d.scaling.probes", str(workdir / f"{name}.job.json")],
+    launch(p, [sys.executable, "-m", "gan3d.parallel.jobs", str(workdir / f"{name}.job.json")],
            timeout=timeout, stream=False)
 
 
-def verify(cfg: Config, reference: str | Path, *, showers: int = 256) -> dict | None:
+def verify(cfg: Config, reference: str | Path, *, showers: int = 256,
+           kinds: list[str] | None = None, allow_dirty: bool = False) -> dict | None:
     """:func:`gan3d.convergence.verify.verify_code` on ``study.output``, saved when it passes."""
     from .verify import verify_code
 
     out = resolve_path(cfg.study.output)
     results = load(out)
-    entry = verify_code(cfg, reference, results, showers=showers)
+    entry = verify_code(cfg, reference, results, showers=showers, kinds=kinds,
+                        allow_dirty=allow_dirty)
     if entry is not None:
         _save(out, results)
     return entry

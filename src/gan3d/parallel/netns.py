@@ -13,7 +13,7 @@ namespace, so each namespace has its own daemon and the ranks meet over TCP. (Ra
 server across the namespace boundary; this is why the daemons are started per namespace.)
 
 Added delay needs ``netem``, which not every kernel has (:func:`netem_available`); without it
-the links keep their native latency, which :mod:`gan3d.scaling.network` measures and reports.
+the links keep their native latency, which :mod:`gan3d.scaling.interconnect` measures and reports.
 
 Everything a :class:`Network` creates carries a name unique to the run (interfaces, namespaces,
 ``/etc/netns`` files, a /24 subnet not in use) and is removed when the ``with`` block ends,
@@ -38,11 +38,11 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from .. import console
-from ..exceptions import EnvironmentProblem, RankFailed
+from ..exceptions import ConfigError, EnvironmentProblem, RankFailed
 from . import distributed
 
-__all__ = ["Profile", "PROFILES", "unavailable", "netem_available", "Network", "leftovers",
-           "PREFIX"]
+__all__ = ["Profile", "PROFILES", "link_profile", "unavailable", "netem_available", "Network",
+           "leftovers", "PREFIX"]
 
 log = console.get_logger(__name__)
 PREFIX = "g3n"  # every interface, namespace and /etc/netns folder of this module starts so
@@ -118,9 +118,9 @@ class Network:
         if ranks < 2:
             raise ValueError("an emulated network needs at least 2 ranks")
         self.ranks = ranks
-        self.profiles = [_profile(profile)] * ranks
+        self.profiles = [link_profile(profile)] * ranks
         if slow is not None:
-            self.profiles[slow[0]] = _profile(slow[1])
+            self.profiles[slow[0]] = link_profile(slow[1])
         self.tag = f"{PREFIX}{secrets.token_hex(2)}"  # 7 characters: names stay <= 15
         self.bridge = f"{self.tag}br"
         self.namespaces = [f"{self.tag}n{i}" for i in range(ranks)]
@@ -204,7 +204,7 @@ class Network:
                     timeout: float = 600.0) -> list[str]:
         """Run ``argv`` as one Horovod (Gloo) rank per namespace; their outputs, in rank order.
         If a rank fails, the others are stopped at once and :class:`RankFailed` names it."""
-        server, port, slots = distributed.gloo_rendezvous(self.hosts)
+        server, port, slots = distributed.gloo_rendezvous(self.hosts)  # DISTRIBUTED: they meet here
         procs, outs = [], []
         try:
             for slot in slots:
@@ -297,11 +297,16 @@ class Network:
         return out
 
 
-def _profile(p: str | Profile) -> Profile:
+def link_profile(p: str | Profile) -> Profile:
+    """The link of profile ``p``: a name of :data:`PROFILES` (or a :class:`Profile`, as it is).
+
+    Raises :class:`~gan3d.exceptions.ConfigError` (a ``ValueError``) naming the profiles for any
+    other name, before anything is created.
+    """
     if isinstance(p, Profile):
         return p
     if p not in PROFILES:
-        raise ValueError(f"unknown network profile {p!r}; choose one of {', '.join(PROFILES)}")
+        raise ConfigError(f"unknown network profile {p!r}; choose one of {', '.join(PROFILES)}")
     return PROFILES[p]
 
 

@@ -118,25 +118,25 @@ def _worker(job: dict) -> None:
     add of two arrays of 16 MiB) and prints the result line."""
     from ..parallel import distributed as mpi
 
-    size = mpi.mpi_size()
+    size = mpi.mpi_size()  # DISTRIBUTED: starts MPI
     times = {}
     for n in job["sizes"]:
         x = np.ones(max(1, n // 4), np.float32)
         y = np.empty_like(x)
-        mpi.mpi_allreduce_sum(x, y)  # warm-up: connections, buffers
-        mpi.mpi_barrier()
+        mpi.mpi_allreduce_sum(x, y)  # DISTRIBUTED: warm-up: connections, buffers
+        mpi.mpi_barrier()  # DISTRIBUTED
         t0 = time.perf_counter()
-        mpi.mpi_allreduce_sum(x, y)
-        first = mpi.mpi_max(time.perf_counter() - t0)
+        mpi.mpi_allreduce_sum(x, y)  # DISTRIBUTED
+        first = mpi.mpi_max(time.perf_counter() - t0)  # DISTRIBUTED
         reps = int(min(job.get("max_repeats", 200),
                        max(job["repeats"], job.get("seconds", 0.3) / max(first, 1e-7))))
         t = []
         for _ in range(reps):
-            mpi.mpi_barrier()
+            mpi.mpi_barrier()  # DISTRIBUTED
             t0 = time.perf_counter()
-            mpi.mpi_allreduce_sum(x, y)
+            mpi.mpi_allreduce_sum(x, y)  # DISTRIBUTED
             t.append(time.perf_counter() - t0)
-        times[n] = mpi.mpi_max(statistics.median(t))  # the slowest rank's
+        times[n] = mpi.mpi_max(statistics.median(t))  # DISTRIBUTED: the slowest rank's
         if not np.all(y[:4] == size):
             raise RuntimeError(f"all-reduce of {n} bytes gave {y[:4]}, not {size}")
     a = np.ones(4 * 2**20, np.float32)
@@ -146,7 +146,7 @@ def _worker(job: dict) -> None:
         t0 = time.perf_counter()
         np.add(a, b, out=c)
         t.append(time.perf_counter() - t0)
-    if mpi.mpi_rank() == 0:
+    if mpi.mpi_rank() == 0:  # DISTRIBUTED
         print("RESULT " + json.dumps({"time_s": {str(k): v for k, v in times.items()},
                                       "gamma_s_per_byte": statistics.median(t) / a.nbytes,
                                       "ranks": size}), flush=True)
@@ -185,7 +185,7 @@ def study(profiles: Sequence[str] = ("native", "10gbe", "1gbe"), ranks: Sequence
     measured; with ``hierarchical`` profiles, also 2 namespaces x 2 ranks (a two-node cluster of
     two ranks per node: shared memory inside, the link between) for ``tuned``, ``ring`` and
     ``han``. ``max_bytes`` caps the sizes per profile (slow links: the largest take seconds)."""
-    from .network import link_check
+    from .interconnect import link_check
 
     cases = [(prof, p, 1) for prof in profiles for p in ranks]
     cases += [(prof, 2, 2) for prof in hierarchical]
@@ -288,15 +288,15 @@ def horovod_transports(profiles: Sequence[str] = ("native", "10gbe", "1gbe"), ra
                        repeats: int = 10) -> dict:
     """The 3DGAN's gradients of one update (D, then G; tensor fusion on) all-reduced by Horovod
     over Gloo and over MPI on the same emulated network, per profile."""
-    from .network import _gradient_env, gradient_times, link_check
+    from .interconnect import gradient_env, gradient_times, link_check
 
     rows = []
     for prof in console.progress(profiles, desc="Horovod: MPI vs Gloo", unit="network"):
         with netns.Network(ranks, prof) as net:
             link = link_check(net)
             gloo = gradient_times(net, True, repeats)
-            out = net.mpirun([sys.executable, "-m", "gan3d.scaling.network", "gradients",
-                              json.dumps({"repeats": repeats})], env=_gradient_env(True),
+            out = net.mpirun([sys.executable, "-m", "gan3d.scaling.interconnect", "gradients",
+                              json.dumps({"repeats": repeats})], env=gradient_env(True),
                              timeout=900)
             line = [ln for ln in out.splitlines() if ln.startswith("RESULT ")]
             if not line:

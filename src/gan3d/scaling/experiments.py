@@ -1,8 +1,9 @@
 """Scaling experiments: time training over worker counts, whole runs with their evaluation, all-reduces.
 
-Every experiment launches ``python -m gan3d.scaling.probes`` on N MPI ranks with
-:func:`gan3d.parallel.launch.launch` (so it runs unchanged under a cluster's mpirun) and writes one
-JSON file with the resolved configuration, the machine and the provenance::
+Every experiment runs a job of :mod:`gan3d.parallel.jobs` (``python -m gan3d.parallel.jobs``,
+its tasks the probes of :mod:`gan3d.scaling.probes`) on N MPI ranks with
+:func:`gan3d.parallel.jobs.launch_job` (so it runs unchanged under a cluster's mpirun) and writes
+one JSON file with the resolved configuration, the machine and the provenance::
 
     gan3d scale --profile quick                      # -> results/scaling/scaling_weak.json
     python bench/bench_allreduce.py                  # -> results/bench/allreduce.json
@@ -25,7 +26,6 @@ import json
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 from typing import Sequence
@@ -38,7 +38,7 @@ from ..data.files import n_train_files
 from ..data.generate import generate_dataset
 from ..exceptions import ConfigError
 from ..io import atomic_path, ensure_dir, provenance, read_json, write_json
-from ..parallel.launch import launch
+from ..parallel.jobs import launch_job
 from ..paths import resolve_path
 from . import perfmodel, speedup, timeline, topology
 
@@ -101,27 +101,7 @@ def model_workload(cfg: Config, *, exact: bool = False) -> perfmodel.Workload:
 
 
 # ---------------------------------------------------------------------------------------------
-# Launching probes
-
-
-def _launch(p: int, job: dict, folder: Path, name: str, *, timeout: float,
-            extra: Sequence[str] = (), network: str | None = None) -> dict:
-    """Run one probe job on ``p`` ranks; return rank 0's result. With ``network`` (a profile of
-    :data:`gan3d.parallel.netns.PROFILES`) and ``p`` > 1, every rank sits in its own network
-    namespace behind a link of that profile and Horovod's MPI talks TCP over it."""
-    job_path, out = folder / f"{name}.job.json", folder / f"{name}.out.json"
-    out.unlink(missing_ok=True)
-    write_json(job_path, dict(job, out=str(out)))
-    argv = [sys.executable, "-m", "gan3d.scaling.probes", str(job_path)]
-    if network and p > 1:
-        from ..parallel import netns
-
-        with netns.Network(p, network) as net:
-            net.mpirun(argv, timeout=timeout, env={"GAN3D_PROGRESS": "0"})
-    else:
-        launch(p, argv, timeout=timeout, stream=False, extra=list(extra))
-    job_path.unlink(missing_ok=True)
-    return read_json(out)
+# Reading the probes' results
 
 
 def _step_times(res: dict) -> list[float]:
@@ -155,8 +135,8 @@ def run(cfg: Config, *, workers: Sequence[int] | None = None, mode: str | None =
         from ..parallel import netns
 
         try:  # an unknown profile is refused before anything runs
-            netns._profile(network)
-        except ValueError as exc:
+            netns.link_profile(network)
+        except ConfigError as exc:
             raise ConfigError(f"--network: {exc}") from None
         reason = netns.unavailable()
         if reason:
@@ -197,8 +177,8 @@ def _repeat(jobs: dict[int, dict], repeats: int, folder: Path, timeout: float,
     with console.progress(total=len(jobs) * repeats, desc="scaling runs", unit="run") as bar:
         for r in range(repeats):
             for p, job in jobs.items():
-                out[p].append(_launch(p, job, folder, f"steps_p{p}_r{r}", timeout=timeout,
-                                      network=network))
+                out[p].append(launch_job(p, job, folder, f"steps_p{p}_r{r}", timeout=timeout,
+                                         network=network))
                 step_s = statistics.median(_step_times(out[p][-1]))
                 bar.set_postfix_str(f"p={p}: {step_s:.3f} s/step")
                 bar.update()
@@ -290,8 +270,8 @@ def _overall_run(cfg: Config, p: int, mode: str, folder: Path, threads: int,
     out = folder / "overall" / f"{mode}_p{p}"
     shutil.rmtree(out, ignore_errors=True)  # a fresh training, never a resumed one
     cfg_r = cfg.replace(**{"train.eval_mode": mode, "train.workers": p, "train.output": str(out)})
-    res = _launch(p, {"task": "train", "config": to_dict(cfg_r), "threads": threads},
-                  folder, f"train_{mode}_p{p}", timeout=timeout)
+    res = launch_job(p, {"task": "train", "config": to_dict(cfg_r), "threads": threads},
+                     folder, f"train_{mode}_p{p}", timeout=timeout)
     return dict(timed_epoch_means(out / "history.jsonl"), scheduler=res.get("scheduler"))
 
 
@@ -315,8 +295,8 @@ def record_timeline(cfg: Config, *, workers: int = 2, steps: int | None = None,
     cfg_p = cfg.replace(**{"train.workers": workers})
     job = {"task": "steps", "config": to_dict(cfg_p), "steps": steps,
            "warmup": cfg.scale.warmup_steps, "threads": threads_per_worker([workers])}
-    res = _launch(workers, job, folder, f"timeline_p{workers}", timeout=timeout,
-                  extra=["-x", f"HOROVOD_TIMELINE={trace}", "-x", "HOROVOD_CACHE_CAPACITY=0"])
+    res = launch_job(workers, job, folder, f"timeline_p{workers}", timeout=timeout,
+                     extra=["-x", f"HOROVOD_TIMELINE={trace}", "-x", "HOROVOD_CACHE_CAPACITY=0"])
     parsed = timeline.breakdown(timeline.load(trace), workers, last_steps=steps)
     result = {"kind": "timeline", "workers": workers, "batch_per_worker": cfg.train.batch_size,
               "measured_step_time_s": statistics.median(_step_times(res)), **parsed,
@@ -337,9 +317,9 @@ def allreduce_benchmark(*, workers: int = 2, sizes: Sequence[int] = BENCH_SIZES,
     """
     path = resolve_path(output)
     folder = ensure_dir(path.parent)
-    raw = _launch(workers, {"task": "allreduce", "sizes": list(sizes), "repeats": repeats,
-                            "threads": threads_per_worker([workers])}, folder,
-                  f"allreduce_p{workers}", timeout=timeout)
+    raw = launch_job(workers, {"task": "allreduce", "sizes": list(sizes), "repeats": repeats,
+                               "threads": threads_per_worker([workers])}, folder,
+                     f"allreduce_p{workers}", timeout=timeout)
     p, n = workers, raw["sizes"]
     lo, hi = FIT_RANGE if sum(FIT_RANGE[0] <= s <= FIT_RANGE[1] for s in n) >= 2 else (0, float("inf"))
     fits = {k: perfmodel.fit_allreduce(n, raw[f"{k}_s"], p, lo, hi) for k in ("horovod", "mpi")}
@@ -366,7 +346,7 @@ def layer_profile(cfg: Config, *, threads: int | None = None, repeats: int = 3,
     threads = threads or runtime.cpu_count()
     job = {"task": "roofline", "config": to_dict(cfg), "repeats": repeats, "threads": threads}
     with tempfile.TemporaryDirectory(prefix="gan3d-roofline-") as tmp:
-        res = _launch(1, job, Path(tmp), "roofline", timeout=timeout)
+        res = launch_job(1, job, Path(tmp), "roofline", timeout=timeout)
     result = {"kind": "roofline", **res, "config": to_dict(cfg), "machine": machine_info(),
               "provenance": provenance()}
     if output is not None:

@@ -16,7 +16,7 @@ import numpy as np
 from .. import console
 from ..parallel import netns
 from . import perfmodel
-from .network import calibrated, link_check
+from .interconnect import calibrated, link_check
 
 __all__ = ["step_study", "step_table", "projection", "projection_table"]
 

@@ -1,104 +1,39 @@
-"""What runs inside each MPI rank of a scaling experiment: timed steps, a full training, all-reduces.
+"""The measuring probes of the scaling experiments: what runs inside each MPI rank to time things.
 
-:mod:`gan3d.scaling.experiments` writes a job file and starts ``python -m gan3d.scaling.probes
-JOB.json`` on N ranks with :func:`gan3d.parallel.launch.launch`; rank 0 writes the result to
-``job["out"]``. A job is::
+:mod:`gan3d.scaling.experiments` launches them as jobs of :mod:`gan3d.parallel.jobs` (``python -m
+gan3d.parallel.jobs JOB.json`` on N ranks; that module pins threads and cores and writes rank 0's
+result). The tasks of this module, each ``fn(job, world) -> dict``:
 
-    {"task": "steps" | "train" | "trains" | "allreduce" | "roofline", "threads": int, "out": path, ...task fields}
+* ``steps`` (:func:`steps_task`): :func:`measure_step_rate`, ``steps`` timed after ``warmup``,
+  on the job's ``config``;
+* ``allreduce`` (:func:`allreduce_task`): Horovod and plain-MPI all-reduce times over message
+  ``sizes`` (bytes), the copy bandwidth of one core and the compute rate alone and shared;
+* ``roofline`` (:func:`roofline_task`): :func:`gan3d.scaling.roofline.profile_step`, one rank,
+  every layer's passes.
 
-* ``steps``: :func:`measure_step_rate` (``steps`` timed after ``warmup``) on the job's ``config``;
-* ``train``: ``training.train(cfg)``, which writes ``history.jsonl`` in ``cfg.train.output``;
-* ``trains``: one ``train`` per entry of ``configs``, in order (the convergence study);
-* ``allreduce``: Horovod and plain-MPI all-reduce times over message ``sizes`` (bytes);
-* ``roofline``: :func:`gan3d.scaling.roofline.profile_step`, one rank, every layer's passes.
-
-Threads and cores are pinned first (``threads`` intra-op threads on as many cores per rank, the
-same at every worker count, so that one worker always stands for the same hardware, as one GPU
-did in the paper).
+:func:`measure_step_rate` is also the step-rate probe of the benchmarks (``bench/``).
 """
 
 from __future__ import annotations
 
 import functools
-import os
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
 from .. import runtime
 from ..config import from_dict
-from ..io import read_json, write_json
 from ..parallel import distributed
-from ..parallel.launch import guard
 
-__all__ = ["main", "measure_step_rate", "pin_cores", "pin_threads", "pin_to", "scheduler_times",
-           "time_allreduce", "time_shared_compute"]
-
-
-def pin_cores(threads: int) -> list[int]:
-    """Restrict this process to ``threads`` of the cores the launcher gave it; return them.
-
-    mpirun binds one rank of a 1-worker run to every core but two ranks to one core each; pinning
-    each rank to exactly ``threads`` cores makes a worker the same hardware at every count (and
-    under other load it cannot borrow an idle core the others lack). With more ranks than cores
-    (oversubscribed, no binding) local ranks take the cores round-robin.
-    """
-    allowed = sorted(os.sched_getaffinity(0))
-    if len(allowed) > threads:
-        local_rank, _ = runtime.local_rank_info()
-        pin_to({allowed[(local_rank * threads + i) % len(allowed)] for i in range(threads)})
-    return sorted(os.sched_getaffinity(0))
+__all__ = ["allreduce_task", "measure_step_rate", "roofline_task", "steps_task", "time_allreduce",
+           "time_shared_compute"]
 
 
-def pin_to(cores: set[int]) -> None:
-    """Restrict every thread of this process to ``cores``: those that exist already (library pools
-    started at import), not only the calling one, since an affinity belongs to a thread and new
-    threads inherit their creator's."""
-    tids = [int(t.name) for t in Path("/proc/self/task").glob("*")] or [0]
-    for tid in tids:
-        try:
-            os.sched_setaffinity(tid, cores)
-        except OSError:  # a thread that ended meanwhile
-            pass
-
-
-def pin_threads(threads: int) -> distributed.World:
-    """Start Horovod with ``threads`` intra-op threads, pin the cores (:func:`pin_cores`) and make
-    the thread setting stick.
-
-    A first TensorFlow op initialises its runtime, after which later thread requests (the
-    training's own ``distributed.init()``) are ignored instead of overriding this one.
-    """
-    world = distributed.init(threads=threads)
-    pin_cores(threads)  # after MPI_Init, which binds the process to the launcher's cores again
-    import tensorflow as tf
-
-    tf.constant(1.0) + 1.0
-    return world
-
-
-def _steps(job: dict, world: distributed.World) -> dict:
-
+def steps_task(job: dict, world: distributed.World) -> dict:
+    """``steps``: :func:`measure_step_rate` of the job's ``config``, ``steps`` after ``warmup``."""
     cfg = from_dict(job["config"])
     return measure_step_rate(cfg, job["steps"], job["warmup"])
-
-
-def _train(job: dict, world: distributed.World) -> dict:
-    from ..gan.training import train  # imports TensorFlow
-
-    cfg = from_dict(job["config"])
-    t0 = time.perf_counter()
-    result = train(cfg)
-    return {"wall_s": time.perf_counter() - t0, **result.to_dict()}
-
-
-def _trains(job: dict, world: distributed.World) -> dict:
-    """Several trainings one after the other in the same processes (each writes its own output
-    folder, so a job stopped midway keeps the runs it finished)."""
-    return {"runs": [_train({"config": c}, world) for c in job["configs"]]}
 
 
 def time_allreduce(sizes: list[int], repeats: int, warmup: int = 2) -> dict:
@@ -114,13 +49,13 @@ def time_allreduce(sizes: list[int], repeats: int, warmup: int = 2) -> dict:
         buf, res = np.ones(count, np.float32), np.empty(count, np.float32)
         th, tm = [], []
         for i in range(warmup + repeats):
-            distributed.mpi_barrier()  # start together: we time the collective, not the skew
+            distributed.mpi_barrier()  # DISTRIBUTED: start together (time the collective, not skew)
             t0 = time.perf_counter()
-            distributed.allreduce(x, "sum", name=f"bench_{n}").numpy()
+            distributed.allreduce(x, "sum", name=f"bench_{n}").numpy()  # DISTRIBUTED
             t1 = time.perf_counter()
-            distributed.mpi_barrier()
+            distributed.mpi_barrier()  # DISTRIBUTED
             t2 = time.perf_counter()
-            distributed.mpi_allreduce_sum(buf, res)
+            distributed.mpi_allreduce_sum(buf, res)  # DISTRIBUTED
             t3 = time.perf_counter()
             if i >= warmup:
                 th.append(t1 - t0)
@@ -131,12 +66,15 @@ def time_allreduce(sizes: list[int], repeats: int, warmup: int = 2) -> dict:
     return out
 
 
-def _allreduce(job: dict, world: distributed.World) -> dict:
+def allreduce_task(job: dict, world: distributed.World) -> dict:
+    """``allreduce``: :func:`time_allreduce` of the job's ``sizes`` (the slowest rank's times),
+    one core's copy bandwidth and :func:`time_shared_compute`."""
     res = time_allreduce(job["sizes"], job["repeats"], job.get("warmup", 2))
     import tensorflow as tf
 
     for key in ("horovod_s", "mpi_s"):  # the slowest rank's time is the collective's time
-        worst = distributed.allreduce(tf.constant(res[key], tf.float64), "max", name=f"max_{key}")
+        worst = distributed.allreduce(tf.constant(res[key], tf.float64), "max",  # DISTRIBUTED
+                                      name=f"max_{key}")
         res[key] = [float(v) for v in tf.reshape(worst, [-1]).numpy()]
     res["workers"] = world.size
     res["memcpy_Bps"] = _memcpy_bandwidth(max(job["sizes"]))
@@ -193,14 +131,15 @@ def time_shared_compute(world: distributed.World, seconds: float = 4.0) -> dict:
     import tensorflow as tf
 
     _compute_probe()  # every rank traces it before anyone times it
-    distributed.allreduce(tf.constant(0.0), "sum", name="compute_sync0")
+    distributed.allreduce(tf.constant(0.0), "sum", name="compute_sync0")  # DISTRIBUTED
     if world.is_root:
         alone = _compute_rate(seconds)
     else:
         time.sleep(seconds + 1.0)
-    distributed.allreduce(tf.constant(0.0), "sum", name="compute_sync1")
+    distributed.allreduce(tf.constant(0.0), "sum", name="compute_sync1")  # DISTRIBUTED
     together = _compute_rate(seconds)
-    total = distributed.allreduce(tf.constant(together, tf.float64), "sum", name="compute_sum")
+    total = distributed.allreduce(tf.constant(together, tf.float64), "sum",  # DISTRIBUTED
+                                  name="compute_sum")
     together = float(np.asarray(total)) / world.size
     alone = alone if world.is_root else 0.0
     return {"alone_flops": alone, "together_flops": together,
@@ -273,7 +212,7 @@ def measure_step_rate(cfg, steps: int = 5, warmup: int = 2, *, data: str = "rand
 def _rate_batches(cfg, world, data: str):
     b = cfg.train.batch_size
     if data == "random":
-        from ..gan.step import E_RANGE
+        from ..gan.losses import E_RANGE
 
         rng = np.random.default_rng([cfg.train.seed, world.rank])
         image = (rng.gamma(0.05, 2.0, (b, 25, 25, 25, 1)) * (rng.random((b, 25, 25, 25, 1)) < 0.3))
@@ -286,7 +225,7 @@ def _rate_batches(cfg, world, data: str):
         from ..data import sharding
         from ..gan.training import collective, data_files
 
-        train_files, _ = collective(world, lambda: data_files(cfg, world.size))
+        train_files, _ = collective(world, lambda: data_files(cfg, world.size))  # DISTRIBUTED
         shard = sharding.ShardedShowers(train_files, world.rank, world.size, b, seed=cfg.train.seed,
                                         theta_window=cfg.data.theta_window or None)
         epoch = 0
@@ -297,7 +236,9 @@ def _rate_batches(cfg, world, data: str):
         raise ValueError(f"measure_step_rate: data must be 'random' or 'files', not {data!r}")
 
 
-def _roofline(job: dict, world: distributed.World) -> dict:
+def roofline_task(job: dict, world: distributed.World) -> dict:
+    """``roofline``: :func:`gan3d.scaling.roofline.profile_step` of the job's ``config`` at its
+    batch and precision, ``repeats`` timings of every layer's passes."""
     from ..config import resolved_precision
     from ..gan import training
     from . import roofline
@@ -306,47 +247,3 @@ def _roofline(job: dict, world: distributed.World) -> dict:
     step = training.build_step(cfg)
     return roofline.profile_step(step, cfg.train.batch_size, repeats=int(job.get("repeats", 3)),
                                  progress=world.is_root)
-
-
-TASKS = {"steps": _steps, "train": _train, "trains": _trains, "allreduce": _allreduce, "roofline": _roofline}
-
-
-def scheduler_times() -> dict:
-    """Seconds this process's threads ran on a CPU and waited for one (Linux schedstat).
-
-    Waiting for a CPU while runnable means something else had it - other processes on a shared
-    machine, or this process's own threads: the measure of contention a wall-clock time hides.
-    """
-    run = wait = 0
-    for task in Path("/proc/self/task").glob("*"):
-        try:
-            fields = (task / "schedstat").read_text().split()
-        except OSError:  # a thread that ended meanwhile, or no schedstat (not Linux)
-            continue
-        run, wait = run + int(fields[0]), wait + int(fields[1])
-    return {"cpu_s": run * 1e-9, "runqueue_wait_s": wait * 1e-9, "wall_s": time.perf_counter()}
-
-
-def _run(job_path: str) -> None:
-    job = read_json(job_path)
-    world = pin_threads(int(job.get("threads", 1)))
-    before = scheduler_times()
-    result = TASKS[job["task"]](job, world)
-    after = scheduler_times()
-    if world.is_root:
-        result = dict(result, workers=world.size, threads=int(job.get("threads", 1)),
-                      cores=sorted(os.sched_getaffinity(0)),
-                      scheduler={k: after[k] - before[k] for k in after})
-        write_json(job["out"], result)
-
-
-def main(argv: list[str] | None = None) -> None:
-    """Entry point of one rank: ``python -m gan3d.scaling.probes JOB.json`` (errors end the job)."""
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1 or not Path(args[0]).is_file():
-        raise SystemExit("usage: python -m gan3d.scaling.probes JOB.json")
-    guard(_run, args[0])
-
-
-if __name__ == "__main__":
-    main()

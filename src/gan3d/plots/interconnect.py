@@ -1,4 +1,4 @@
-"""Figures of the emulated multi-node networks (:mod:`gan3d.scaling.network`,
+"""Figures of the interconnect: emulated multi-node networks (:mod:`gan3d.scaling.interconnect`,
 :mod:`gan3d.scaling.algorithms`): all-reduce time against message size per network and per
 algorithm, measured against their models, and the models' choice of algorithm beyond this machine.
 
@@ -21,7 +21,7 @@ __all__ = ["network_allreduce", "allreduce_algorithms", "network_projection"]
 
 @styled
 def network_allreduce(result: dict, *, ranks: int = 2, ax=None) -> Figure:
-    """Horovod all-reduce over emulated networks (:mod:`gan3d.scaling.network`): left, time
+    """Horovod all-reduce over emulated networks (:mod:`gan3d.scaling.interconnect`): left, time
     against message size per network, measured (markers) and the ring model calibrated on the
     measured link (lines), the 3DGAN's gradient sizes marked; right, the model's error per size.
     (``ax``: 2 Axes.)"""
@@ -132,7 +132,7 @@ def network_projection(steps: dict | None, projection: dict, *, ax=None) -> Figu
                      f"{steps['config']['batch_size']} per rank", fontsize=9)
         a0.legend(fontsize=6, loc="lower right")
     else:
-        a0.text(0.5, 0.5, "no measured steps (run bench/bench_network.py as root)",
+        a0.text(0.5, 0.5, "no measured steps (run bench/bench_interconnect.py as root)",
                 ha="center", va="center", transform=a0.transAxes, fontsize=8)
     ps = projection["workers"]
     styles = dict(zip([str(b) for b in projection["batches"]], ["-", "--", ":", "-."]))

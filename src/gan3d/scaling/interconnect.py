@@ -1,4 +1,5 @@
-"""Horovod's all-reduce over emulated networks, measured and set against the ring model.
+"""The interconnect: Horovod's all-reduce over emulated networks, measured and set against the
+ring model.
 
 For each link profile (:data:`gan3d.parallel.netns.PROFILES`) :func:`study` builds an emulated
 network of ``ranks`` namespaces (:class:`gan3d.parallel.netns.Network`), then
@@ -14,9 +15,10 @@ network of ``ranks`` namespaces (:class:`gan3d.parallel.netns.Network`), then
    CPUs reduce and copy (both fitted once per rank count on the unshaped network, whose rows
    are therefore calibration, not prediction), and reports the error per size.
 
-Run it with ``python bench/bench_network.py`` (root). The worker side is
-``python -m gan3d.scaling.network worker JOB`` (one per rank), and the link probe
-``python -m gan3d.scaling.network serve|probe``.
+Run it with ``python bench/bench_interconnect.py`` (root). The worker side is
+``python -m gan3d.scaling.interconnect worker JOB`` (one per rank), and the link probe
+``python -m gan3d.scaling.interconnect serve|probe``. ("Network" in this module is the emulated
+network between the ranks; the generator and the discriminator are the *models*.)
 """
 
 from __future__ import annotations
@@ -34,8 +36,8 @@ from .. import console
 from ..parallel import netns
 from . import perfmodel
 
-__all__ = ["SIZES", "link_check", "allreduce_times", "study", "model_table", "gradient_times",
-           "fusion_study", "fusion_table", "calibrated"]
+__all__ = ["SIZES", "link_check", "allreduce_times", "study", "model_table", "gradient_env",
+           "gradient_times", "fusion_study", "fusion_table", "calibrated"]
 
 log = console.get_logger(__name__)
 SIZES = tuple(4 * 4**k for k in range(3, 13))  # 256 B .. 64 MiB
@@ -132,16 +134,16 @@ def _worker(job: dict) -> None:
 
     from ..parallel import distributed
 
-    world = distributed.init(threads=1)
+    world = distributed.init(threads=1)  # DISTRIBUTED: joins the Gloo ranks
     times = {}
     for n in job["sizes"]:
         x = tf.ones(max(1, n // 4), tf.float32)
         for _ in range(2):  # warm-up: Horovod's first call of a name negotiates it
-            np.asarray(distributed.allreduce(x, "sum", name=f"ar{n}"))
+            np.asarray(distributed.allreduce(x, "sum", name=f"ar{n}"))  # DISTRIBUTED
         t = []
         for _ in range(job["repeats"]):
             t0 = time.perf_counter()
-            np.asarray(distributed.allreduce(x, "sum", name=f"ar{n}"))
+            np.asarray(distributed.allreduce(x, "sum", name=f"ar{n}"))  # DISTRIBUTED
             t.append(time.perf_counter() - t0)
         times[n] = statistics.median(t)
     if world.is_root:
@@ -151,18 +153,19 @@ def _worker(job: dict) -> None:
 def _gradient_worker(job: dict) -> None:
     """One rank: all-reduce the 3DGAN's gradient tensors of D, then of G, as one training step
     issues them (every tensor its own all-reduce, in one compiled function, so that Horovod
-    may fuse them); rank 0 prints the median seconds per network."""
+    may fuse them); rank 0 prints the median seconds per model."""
     import tensorflow as tf
 
     from ..gan.model import build_discriminator, build_generator
     from ..parallel import distributed
 
-    world = distributed.init(threads=1)
+    world = distributed.init(threads=1)  # DISTRIBUTED: joins the ranks (Gloo or MPI)
     times = {}
     for name, model in (("D", build_discriminator()), ("G", build_generator())):
         tensors = [tf.ones(w.shape, tf.float32) for w in model.trainable_weights]
         fn = tf.function(lambda ts, name=name: [
-            distributed.allreduce(t, "sum", name=f"{name}{i}") for i, t in enumerate(ts)])
+            distributed.allreduce(t, "sum", name=f"{name}{i}")  # DISTRIBUTED
+            for i, t in enumerate(ts)])
         for _ in range(2):
             [np.asarray(x) for x in fn(tensors)]
         t = []
@@ -177,8 +180,10 @@ def _gradient_worker(job: dict) -> None:
         print("RESULT " + json.dumps(times), flush=True)
 
 
-def _gradient_env(fusion: bool) -> dict[str, str]:
-    """Horovod settings of the gradient timing: 1 ms cycle, fusion buffer 64 MiB or off."""
+def gradient_env(fusion: bool) -> dict[str, str]:
+    """The environment of the ranks that time the gradients (``python -m
+    gan3d.scaling.interconnect gradients JOB``, under Gloo or MPI): Horovod's 1 ms cycle, its
+    fusion buffer 64 MiB (``fusion``) or off (threshold 0: one message per tensor), quiet logs."""
     return {"HOROVOD_CYCLE_TIME": "1", "HOROVOD_FUSION_THRESHOLD": str(64 * 2**20 if fusion else 0),
             "GAN3D_PROGRESS": "0", "TF_CPP_MIN_LOG_LEVEL": "2"}
 
@@ -187,7 +192,7 @@ def gradient_times(net: "netns.Network", fusion: bool, repeats: int = 10) -> dic
     """Seconds to all-reduce the D and the G gradients of one update over ``net``, with Horovod's
     tensor fusion on (its default 64 MiB buffer) or off (threshold 0: one message per tensor)."""
     outs = net.run_horovod([sys.executable, "-m", __name__, "gradients",
-                            json.dumps({"repeats": repeats})], env=_gradient_env(fusion),
+                            json.dumps({"repeats": repeats})], env=gradient_env(fusion),
                            timeout=900)
     line = [ln for ln in outs[0].splitlines() if ln.startswith("RESULT ")]
     if not line:

@@ -1,4 +1,6 @@
-"""Network benchmark: Horovod all-reduce over emulated multi-node networks against the ring model.
+"""Interconnect benchmark: Horovod all-reduce over emulated multi-node networks vs the ring model.
+
+The measurements are :mod:`gan3d.scaling.interconnect`'s.
 
 Needs root (network namespaces, veth, tc; see ``gan3d.parallel.netns``); elsewhere it says why
 and exits 0. Every rank sits in its own network namespace and host name, the links are shaped
@@ -9,9 +11,9 @@ rank count: the link's measured bandwidth and latency, the all-reduce time per m
 the 3DGAN's gradients of one update with Horovod's tensor fusion on and off; then the full 3DGAN
 step on 2 computing ranks over each profile (``gan3d scale --network``) against the model::
 
-    python bench/bench_network.py                          # -> results/bench/network.json
-    python bench/bench_network.py --profiles native 1gbe --ranks 2 --repeats 5
-    python bench/bench_network.py --only-steps --output studies/network.json   # add the steps
+    python bench/bench_interconnect.py                     # -> results/bench/network.json
+    python bench/bench_interconnect.py --profiles native 1gbe --ranks 2 --repeats 5
+    python bench/bench_interconnect.py --only-steps --output studies/network.json   # add the steps
 
 More ranks than cores share the CPUs (their all-reduce also waits for the CPU): the JSON records
 the core count. Stop other work on the machine while it measures.
@@ -47,25 +49,25 @@ def main(argv=None) -> int:
     opts = p.parse_args(argv)
     reason = netns.unavailable()
     if reason:
-        print(f"[bench_network] skipped: {reason}")
+        print(f"[bench_interconnect] skipped: {reason}")
         return 0
 
-    from gan3d import config
-    from gan3d.io import provenance, read_json, write_json
+    from gan3d import config, records
+    from gan3d.io import provenance, write_json
     from gan3d.paths import resolve_path
-    from gan3d.scaling import multinode, network
+    from gan3d.scaling import interconnect, multinode
 
     out_path = resolve_path(opts.output)
     if opts.only_steps:
-        result = read_json(out_path)
+        result = records.read(out_path, "interconnect")  # an old file (schema 0) too
     else:
-        result = network.study(opts.profiles, opts.ranks, repeats=opts.repeats,
+        result = interconnect.study(opts.profiles, opts.ranks, repeats=opts.repeats,
                                slow=None if opts.slow == "none" else opts.slow)
         result.update(settings=vars(opts), cores=len(os.sched_getaffinity(0)),
                       profiles={k: vars(v) for k, v in netns.PROFILES.items()},
                       provenance=provenance())
         if opts.fusion:
-            result["fusion"] = network.fusion_study(opts.fusion, ranks=2, repeats=opts.repeats,
+            result["fusion"] = interconnect.fusion_study(opts.fusion, ranks=2, repeats=opts.repeats,
                                                     calibration=result["calibration"])
     if opts.steps:
         cfg = config.resolve("quick", {"train.batch_size": opts.batch, "scale.steps": 3,
@@ -73,18 +75,18 @@ def main(argv=None) -> int:
         result["steps"] = multinode.step_study(cfg, opts.steps, calibration=result["calibration"])
         result["steps"]["provenance"] = provenance()
         print(multinode.step_table(result["steps"]))
-    print(network.model_table(result))
+    print(interconnect.model_table(result))
     if "fusion" in result:
-        print(network.fusion_table(result["fusion"]))
+        print(interconnect.fusion_table(result["fusion"]))
     for r in result["rows"]:
         link, shaped = r["links"][-1], r["shaped_Bps"][-1]
         if shaped:
-            print(f"[bench_network] {r['profile']} x {r['ranks']}: link {link['bandwidth_Bps'] / 1e9:.3g} "
+            print(f"[bench_interconnect] {r['profile']} x {r['ranks']}: link {link['bandwidth_Bps'] / 1e9:.3g} "
                   f"GB/s against {shaped / 1e9:.3g} shaped ({link['bandwidth_Bps'] / shaped - 1:+.1%})")
-    print(f"[bench_network] netem (added delay) available: {result['netem']}; leftovers: "
+    print(f"[bench_interconnect] netem (added delay) available: {result['netem']}; leftovers: "
           f"{netns.leftovers() or 'none'}")
-    path = write_json(out_path, result)
-    print(f"[bench_network] wrote {path}")
+    path = write_json(out_path, records.record("interconnect", result))
+    print(f"[bench_interconnect] wrote {path}")
     return 0
 
 
