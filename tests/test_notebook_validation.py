@@ -9,11 +9,14 @@ from __future__ import annotations
 import json
 
 import nbformat
+import numpy as np
 import pytest
 
+from gan3d.data.calorimeter import sampling_fraction_fit
 from gan3d.gan import reference
 
 from conftest import NOTEBOOKS
+from figure_data import integral, one, panels, series, values
 
 pytestmark = [pytest.mark.notebook, pytest.mark.slow]
 
@@ -53,7 +56,7 @@ def test_notebook_runs_and_writes_figures(run_notebook, tmp_path):
                  sensitivity_trials=3, figures_dir=str(figures),
                  results_dir=str(results), speed_file=str(speed))
     assert {p.name for p in figures.glob("*.png")} == FIGURES
-    assert all(p.stat().st_size > 10_000 for p in figures.glob("*.png"))
+    assert {p.name for p in (figures / "data").iterdir()} == {n[:-4] + ".json" for n in FIGURES}
     sens = json.loads((results / "sensitivity.json").read_text())
     assert sens["sizes"] == [40, 80] and sens["trials"] == 3 and sens["provenance"]["gan3d"]
     metrics = json.loads((results / "metrics.json").read_text())
@@ -64,3 +67,170 @@ def test_notebook_runs_and_writes_figures(run_notebook, tmp_path):
     head = json.loads((results / "headline.json").read_text())
     assert head["inclusive"]["1 worker"]["auc_high"] > 0.9  # untrained: told apart at once
     assert head["validator_check"]["20% wider"]["S(x variance)"] > 0.5
+    # What each figure draws. The samples: the reference showers, then the generators.
+    labels = ["reference", "1 worker", "2 workers", ref_label]
+    _validator_check(panels(figures, "validation_check.png"), head["validator_check"])
+    _metric_overview(panels(figures, "validation_metrics.png"), metrics, labels)
+    _sampling_fraction(panels(figures, "validation_sampling_fraction.png"), labels)
+    _distributions(figures, labels)
+    _profiles(panels(figures, "validation_profiles.png"), labels)
+    _profiles_per_bin(panels(figures, "validation_profiles_per_bin.png"), labels)
+    _resolution(panels(figures, "validation_resolution.png"), labels)
+    _energy_regression(panels(figures, "validation_energy_regression.png"), ref_label)
+    (speed_ax,) = panels(figures, "validation_speed.png")
+    bars = one(speed_ax, "bars")
+    assert bars["orientation"] == "horizontal" and bars["values"] == [50, 900]  # speed_file's
+    assert speed_ax["yticks"]["labels"] == ["GAN float32 b=8", "synthetic generator (NumPy)"]
+    assert speed_ax["xscale"] == "log" and speed_ax["xlabel"] == "showers per second (one process)"
+
+
+def _validator_check(axes, cases):
+    """One panel per metric, one bar per case, the values of headline.json; each distortion
+    stands above the reference pair in the metric meant to flag it."""
+    names = ["reference", "sampling x1.05", "20% wider", "1 layer deeper"]
+    assert [a["title"] for a in axes] == ["S(sampling fraction)", "S(x variance)",
+                                         "S(z barycentre)", "AUC", "FPD"]
+    for a in axes:
+        bars = one(a, "bars")
+        assert a["xticks"]["labels"] == names and bars["at"] == [0, 1, 2, 3]
+        assert bars["values"] == pytest.approx([cases[c][a["title"]] for c in names], rel=1e-5)
+    auc = one(axes[3], "bars")
+    assert axes[3]["ylim"] == [0, 1.12] and all(0 <= v <= 1 for v in auc["values"])
+    assert one(axes[3], "hline")["y"] == 0.5  # a classifier that cannot tell them apart
+    for panel, case in ((0, "sampling x1.05"), (1, "20% wider"), (2, "1 layer deeper")):
+        v = one(axes[panel], "bars")["values"]
+        assert v[names.index(case)] > 2 * v[0], (axes[panel]["title"], v)
+    # two reference samples cannot be told apart (AUC ~ 0.5); every distortion can
+    assert abs(auc["values"][0] - 0.5) < 0.1 and min(auc["values"][1:]) > 0.8
+
+
+def _metric_overview(axes, metrics, labels):
+    keys = ["inclusive", "100"]
+    rows = [("reference (2nd sample)", metrics["reference"])] + [
+        (lab, metrics["generators"][lab]["bins"]) for lab in labels[1:]]
+    read = {"auc_high": lambda m: m["classifier_high"]["auc"], "fpd": lambda m: m["fpd"]["value"],
+            "three_dgan": lambda m: m["three_dgan"]["total"],
+            "sep:sampling_fraction": lambda m: m["separation_power"]["sampling_fraction"]}
+    assert [a["title"] for a in axes] == list(read)
+    for a in axes:
+        assert a["xticks"]["labels"] == keys and a["xlabel"] == "energy bin (GeV)"
+        points = series(a, "errorbar")
+        assert [p["label"] for p in points] == [r[0] for r in rows]
+        for j, (p, (_, per_bin)) in enumerate(zip(points, rows)):
+            assert values(p, "x") == pytest.approx([0.08 * j, 1 + 0.08 * j])
+            assert values(p, "y") == pytest.approx([read[a["title"]](per_bin[k]) for k in keys],
+                                                   rel=1e-5, nan_ok=True)
+            if a["title"] == "fpd":  # 24 showers are too few for FPD: drawn as missing
+                assert all(per_bin[k]["fpd"]["note"].startswith("needs at least") for k in keys)
+                assert np.isnan(values(p, "y")).all()
+            if a["title"] == "auc_high":  # a probability
+                assert np.all((values(p, "y") >= 0) & (values(p, "y") <= 1))
+
+
+def _sampling_fraction(axes, labels):
+    (ax,) = axes
+    assert ax["ylabel"] == "sampling fraction $E_{ECAL}/E_p$"
+    assert ax["xlabel"] == "primary energy $E_p$ (GeV)"
+    band = one(ax, "band")
+    assert band["label"] == "reference (mean ± std)" and band["n"] <= 12
+    assert np.all(values(band, "low") <= values(band, "high"))
+    gens = series(ax, "errorbar")
+    assert [g["label"] for g in gens] == labels[1:] and all(g["n"] == 12 for g in gens)
+    x = values(gens[0], "x")
+    assert np.all((x > 10) & (x < 500)) and np.all(np.diff(x) > 0)  # 12 bins of the energies
+    fit = one(ax, "line", "3DGAN fit")
+    assert values(fit, "y") == pytest.approx(sampling_fraction_fit(values(fit, "x")), rel=1e-5)
+
+
+def _normalised(ax, labels):
+    """Histograms of one feature for every sample, each normalised to unit area."""
+    hists = series(ax, "histogram")
+    assert [h["label"] for h in hists] == labels
+    assert [h["filled"] for h in hists] == [True, False, False, False]  # the reference filled
+    for h in hists:  # (to the digits of the bin edges: a barycentre's bins are narrow and far from 0)
+        assert integral(h) == pytest.approx(1.0, rel=2e-3)
+    assert ax["ylabel"] == "showers (normalised)"
+
+
+def _distributions(figures, labels):
+    (ecal,) = panels(figures, "validation_ecal_sum.png")  # the one energy bin
+    assert ecal["title"] == "$E_p$ = 100 GeV" and ecal["xlabel"] == "ECAL sum (GeV)"
+    _normalised(ecal, labels)
+    moments = panels(figures, "validation_moments.png")
+    assert len(moments) == 9
+    assert [a["xlabel"] for a in moments[:3]] == ["barycentre along x (cell)",
+                                                 "barycentre along y (cell)",
+                                                 "barycentre along z (cell)"]
+    assert moments[8]["xlabel"] == "third moment along z (cell$^3$)"
+    for a in moments:
+        _normalised(a, labels)
+    hits, spectrum, hottest = panels(figures, "validation_hits_spectrum.png")
+    _normalised(hits, labels)
+    _normalised(hottest, labels)
+    assert all(values(h, "edges").tolist() == [i - 0.5 for i in range(26)]
+               for h in series(hottest, "histogram"))  # one bin per layer
+    assert (spectrum["xscale"], spectrum["yscale"]) == ("log", "log")
+    assert [h["label"] for h in series(spectrum, "histogram")] == labels
+
+
+def _profiles(axes, labels):
+    """Mean profiles along x, y, z: every projection of a sample holds the same mean energy."""
+    assert len(axes) == 6
+    assert [a["xlabel"] for a in axes[:3]] == ["x (cell)", "y (cell)", "layer (depth)"]
+    assert [a["yscale"] for a in axes] == ["linear"] * 3 + ["log"] * 3
+    totals = {lab: [] for lab in labels}
+    for a in axes[:3]:
+        band = one(a, "band")
+        assert band["label"] == "reference" and band["step"] == "mid"
+        totals["reference"].append(values(band, "high")[::2].sum())  # steps: each value twice
+        lines = series(a, "line")
+        assert [s["label"] for s in lines] == labels[1:]
+        for s in lines:
+            assert values(s, "x").tolist() == list(range(25))
+            totals[s["label"]].append(values(s, "y").sum())
+    for lab, t in totals.items():
+        assert t == pytest.approx([t[0]] * 3, rel=1e-4), lab
+    # one checkpoint, the same seeds: the "1 worker" and "2 workers" generators draw the same
+    assert totals["1 worker"] == pytest.approx(totals["2 workers"], rel=1e-3)
+
+
+def _profiles_per_bin(axes, labels):
+    assert len(axes) == 4  # one bin: profile and ratio, longitudinal and transverse
+    assert [a["title"] for a in axes[:2]] == ["$E_p$ = 100 GeV: longitudinal profile",
+                                             "$E_p$ = 100 GeV: transverse profile"]
+    for top, ratio in ((axes[0], axes[2]), (axes[1], axes[3])):
+        assert top["yscale"] == "log" and top["ylabel"] == "mean energy (GeV)"
+        assert [s["label"] for s in series(top, "line")] == labels[1:]
+        assert ratio["ylim"] == [0.05, 20] and ratio["yscale"] == "log"
+        assert (one(ratio, "hspan")["low"], one(ratio, "hspan")["high"]) == (0.8, 1.25)
+        assert one(ratio, "hline")["y"] == 1
+        for s in series(ratio, "line"):
+            y = values(s, "y")
+            assert s["n"] == 25 and np.all(y[np.isfinite(y)] >= 0.01) and np.all(y[np.isfinite(y)] <= 100)
+
+
+def _resolution(axes, labels):
+    top, bottom = axes
+    assert (top["xscale"], top["yscale"]) == ("log", "log")
+    assert bottom["xlabel"] == "primary energy $E_p$ (GeV)"
+    band = one(top, "band")
+    assert band["label"] == "reference" and values(band, "x").tolist() == [100]
+    points = series(top, "errorbar")
+    assert [p["label"] for p in points] == labels[1:]  # one bin: no fit in the legend
+    assert [p["n"] for p in points] == [1, 1, 1] and len(series(bottom, "errorbar")) == 3
+    assert np.all(values(points[0], "y_low") < values(points[0], "y"))
+
+
+def _energy_regression(axes, ref_label):
+    """One panel per generator with a discriminator; D's regressed energy against the true one,
+    on the generator's showers (24 per sample) and on the reference showers."""
+    assert [a["title"] for a in axes] == ["1 worker", "2 workers", ref_label]
+    for a in axes:
+        assert (a["xlabel"], a["ylabel"]) == ("true $E_p$ (GeV)", "regressed $E_p$ (GeV)")
+        gan = one(a, "scatter", "D on GAN showers")
+        ref = one(a, "scatter", "D on reference showers")
+        assert gan["n"] == ref["n"] == 24
+        true = values(gan, "x")
+        assert np.all((true >= 10) & (true <= 500)) and values(ref, "x").tolist() == true.tolist()
+        ideal = one(a, "line", "ideal")
+        assert values(ideal, "x").tolist() == values(ideal, "y").tolist() == [0, true.max()]

@@ -6,6 +6,7 @@ notebooks with the real names let each property be checked in seconds per notebo
 
 from __future__ import annotations
 
+import json
 import platform
 import re
 
@@ -50,6 +51,11 @@ def project(tmp_path):
     return tmp_path
 
 
+def _plotted(figures, name):
+    """The y values the stand-in notebook's figure draws, read from its published description."""
+    return json.loads((figures / "data" / f"{name}_fig.json").read_text())["axes"][0]["series"][0]["y"]
+
+
 def _run(project, **kwargs):
     return reproduce("quick", kwargs.pop("overrides", {}), notebooks_dir=project / "notebooks",
                      results_dir=project / "results", figures_dir=project / "figures",
@@ -62,6 +68,10 @@ def test_runs_in_order_publishes_figures_and_index(project):
     assert summary.ok and [r.status for r in summary.records] == ["ran"] * len(STEPS)
     figures = project / "figures"
     assert sorted(p.name for p in figures.glob("*.png")) == sorted(f"{s.name}_fig.png" for s in STEPS)
+    # what each figure draws goes with it, into data/ where it is not taken for a figure
+    assert sorted(p.name for p in (figures / "data").iterdir()) == sorted(f"{s.name}_fig.json" for s in STEPS)
+    assert all(_plotted(figures, s.name) == [0, 1] for s in STEPS)
+    assert [r.figures for r in summary.records] == [[f"{s.name}_fig.png"] for s in STEPS]
     index = (figures / "README.md").read_text()
     for s in STEPS:
         assert f"{s.name}_fig.png" in index and s.notebook in index
@@ -103,11 +113,13 @@ def test_failure_names_notebook_and_cell_and_keeps_earlier_figures(project):
     assert STEPS[2].notebook in failed.error and "cell" in failed.error
     assert "deliberate failure" in failed.error
     assert fig.read_bytes() == before           # the new (unpublished) figure did not replace it
+    assert _plotted(project / "figures", STEPS[2].name) == [0, 1]  # nor its data
     assert (project / "results" / "notebooks" / STEPS[2].notebook).is_file()  # kept to inspect
     # the failed step is not remembered as done: fixing it makes it run again
     _write_notebook(project / "notebooks" / STEPS[2].notebook, f"{STEPS[2].name}_fig", value=5)
     assert [r.status for r in _run(project).records] == ["skipped", "skipped", "ran", "ran",
                                                          "skipped"]
+    assert _plotted(project / "figures", STEPS[2].name) == [0, 5]
 
 
 @pytest.mark.slow
@@ -146,6 +158,10 @@ def test_committed_figures_match_their_index():
     assert all(re.search(rf"\[{re.escape(n)}\].*\| `[0-9a-f]{{12}}` \|$", index, flags=re.M)
                for n in pngs)
     assert sum(p.stat().st_size for p in folder.glob("*.png")) < 5 * 2**20
+    # what the figures draw (data/X.json for X.png): of figures that are there, and small too
+    described = list((folder / "data").glob("*.json"))
+    assert {p.stem for p in described} <= {n[:-4] for n in pngs}
+    assert sum(p.stat().st_size for p in described) < 5 * 2**20
 
 
 @pytest.mark.slow

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import json
 
 import matplotlib
 import numpy as np
@@ -11,7 +12,7 @@ import pytest
 from gan3d import plots
 from gan3d.plots import convergence as cplots
 from gan3d.plots import data as dplots
-from gan3d.plots import network as nplots
+from gan3d.plots import interconnect as nplots
 from gan3d.plots import scaling as splots
 from gan3d.plots import training as tplots
 from gan3d.plots import validation as vplots
@@ -73,4 +74,81 @@ def test_show_saves_the_figure_atomically(tmp_path):
     ax.plot([0, 1], [1, 0])
     assert plots.show(fig, tmp_path / "f.png") is None  # a notebook cell shows no return value
     assert (tmp_path / "f.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.png"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "f.png"]  # no temporary left
+    assert sorted(p.name for p in (tmp_path / "data").iterdir()) == ["f.json"]
+    assert json.loads((tmp_path / "data" / "f.json").read_text())["axes"][0]["series"][0]["y"] == [1, 0]
+    plots.save_figure(fig, tmp_path / "g.png", data=False)
+    assert not (tmp_path / "data" / "g.json").exists()
+
+
+def _known_figure():
+    """Two panels whose every artist is known: what :func:`description.describe` must read."""
+    fig, (a0, a1) = plots.new_figure(1, 2, width=8.0)
+    a0.plot([1, 2, 3], [0.5, np.nan, 2.0], "-o", color="#0072B2", label="measured here")
+    a0.axhline(1.0, color="black", ls="--")
+    a0.fill_between([1, 2, 3], [0.2, 1.0, 2.0], [0.25, 1.5, 3.0], color="#999999", label="spread")
+    a0.set(title="time against workers", xlabel="workers", ylabel="time (s)", xlim=(0, 4),
+           ylim=(0.1, 10), yscale="log")
+    a0.legend()
+    a1.bar([0, 1], [3.0, 4.0], width=0.5, bottom=[0.0, 1.0], color="#E69F00", label="bars")
+    a1.errorbar([0, 1], [2.0, 3.0], yerr=[0.5, 1.0], fmt="s", color="black", label="mean ± sd")
+    a1.hist([1.0, 2.0, 2.5, 3.0], bins=[0, 2, 4], histtype="step", color="#009E73", label="h")
+    a1.axhspan(0.5, 1.5, color="#cccccc")
+    a1.set_xticks([0, 1], ["one", "two"])
+    a1.set(xlim=(-1, 2), ylim=(0, 6), ylabel="showers")
+    fig.suptitle("known")
+    return fig
+
+
+def test_a_figure_is_described_by_what_it_draws(tmp_path):
+    from gan3d.plots import description
+
+    plots.save_figure(_known_figure(), tmp_path / "known.png")
+    got = json.loads(description.data_path(tmp_path / "known.png").read_text())
+    assert description.data_path(tmp_path / "known.png") == tmp_path / "data" / "known.json"
+    first = {"title": "time against workers", "xlabel": "workers", "ylabel": "time (s)",
+             "xlim": [0, 4], "ylim": [0.1, 10], "xscale": "linear", "yscale": "log",
+             "legend": ["measured here", "spread"], "series": [
+                 {"kind": "line", "label": "measured here", "x": [1, 2, 3], "y": [0.5, None, 2],
+                  "n": 3, "color": "#0072b2", "linestyle": "-", "marker": "o"},
+                 {"kind": "hline", "label": None, "y": 1, "color": "#000000", "linestyle": "--"},
+                 {"kind": "band", "label": "spread", "x": [1, 2, 3], "low": [0.2, 1, 2],
+                  "high": [0.25, 1.5, 3], "n": 3, "regions": 1, "color": "#999999"}],
+             "texts": []}
+    second = {"title": None, "xlabel": None, "ylabel": "showers", "xlim": [-1, 2], "ylim": [0, 6],
+              "xscale": "linear", "yscale": "linear",
+              "xticks": {"at": [0, 1], "labels": ["one", "two"]}, "series": [
+                  {"kind": "bars", "label": "bars", "orientation": "vertical", "at": [0, 1],
+                   "values": [3, 4], "base": [0, 1], "width": [0.5, 0.5], "n": 2,
+                   "color": "#e69f00"},
+                  {"kind": "errorbar", "label": "mean ± sd", "x": [0, 1], "y": [2, 3], "n": 2,
+                   "color": "#000000", "marker": "s", "y_low": [1.5, 2], "y_high": [2.5, 4]},
+                  {"kind": "histogram", "label": "h", "edges": [0, 2, 4], "values": [1, 3],
+                   "filled": False, "color": "#009e73"},
+                  {"kind": "hspan", "label": None, "low": 0.5, "high": 1.5, "color": "#cccccc"}],
+              "texts": []}
+    assert got == {"format": 1, "figure": "known.png", "suptitle": "known", "texts": [],
+                   "axes": [first, second]}
+
+
+def test_a_description_stays_small_and_leaves_colour_bars_out():
+    from gan3d.plots import description
+
+    fig, (a0, a1) = plots.new_figure(1, 2)
+    x = np.linspace(0.0, 1.0, 2500)
+    a0.plot(x, x**2)
+    a0.barh([0.0, 1.0], [3.0, np.nan], height=0.5, left=1.0, color="#CC79A7", label="rates")
+    im = a1.imshow(np.arange(12.0).reshape(3, 4))
+    fig.colorbar(im, ax=a1, label="energy (GeV)")
+    got = description.describe(fig)
+    assert len(fig.axes) == 3 and len(got["axes"]) == 2  # the colour bar is the image's
+    line = got["axes"][0]["series"][0]
+    assert line["n"] == 2500 and line["stride"] == 3 and len(line["x"]) == 834
+    assert line["y"][-1] == pytest.approx(x[2499 - 2499 % 3] ** 2, rel=1e-6)
+    bars = got["axes"][0]["series"][1]  # horizontal: the values are the bars' lengths
+    assert bars == {"kind": "bars", "label": "rates", "orientation": "horizontal", "at": [0, 1],
+                    "values": [3, None], "base": [1, 1], "width": [0.5, 0.5], "n": 2,
+                    "color": "#cc79a7"}
+    image = got["axes"][1]["series"][0]
+    assert image["shape"] == [3, 4] and image["values"][2] == [8, 9, 10, 11]
+    assert image["colorbar"] == {"label": "energy (GeV)", "limits": [0, 11]}

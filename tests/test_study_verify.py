@@ -141,29 +141,32 @@ def _reference(tmp_path, name: str, edits: dict[str, tuple[str, str]]) -> Path:
 @pytest.mark.timeout(900)
 def test_verify_code_keeps_a_study_current_only_for_code_that_trains_every_kind_alike(tmp_path):
     """A reference that differs by a comment in a hashed module: another version, the same
-    trainings of one worker and of local SGD on 2 MPI ranks; the study becomes current. A
-    reference whose local SGD synchronises one step later: one worker still trains alike (the
-    old one-run check would have passed it), the local-SGD check catches it."""
+    trainings of local SGD on 2 MPI ranks; the study of that kind becomes current. A reference
+    whose local SGD synchronises at other steps (which no 1-worker run executes, so the old
+    one-run check passed it) is caught by the local-SGD check."""
     comment = {"gan/history.py": ("from __future__ import annotations\n",
                                   "from __future__ import annotations\n# no number changes\n")}
     ref = _reference(tmp_path, "same", comment)
     env_hash = reference_hash(ref)
     assert env_hash != plan.code_hash()
     out = tmp_path / "c.json"
-    ids = ("1w-s0", "2w-linear-k4-s0")
+    ids = ("2w-linear-k4-s0",)
     out.write_text(json.dumps(_results(env_hash, ids=ids)))
     cfg = config.resolve("quick", {"study.output": str(out), "study.workdir": str(tmp_path / "w"),
                                    "study.data_showers": 100, "study.monitor_showers": 4,
                                    "study.sync_every": [1, 4]})
     assert study.stale(study.load(out)) == sorted(ids)
     entry = study.verify(cfg, ref, showers=32, allow_dirty=True)
-    assert entry["same_as"] == env_hash and sorted(entry["kinds"]) == ["1w", "local-sgd"]
+    assert entry["same_as"] == env_hash and sorted(entry["kinds"]) == ["local-sgd"]
     assert all(c["equality"] == "bit for bit" for c in entry["kinds"].values())
     assert entry["kinds"]["local-sgd"]["workers"] == 2
     assert entry["checkout"]["clean"] == (not git_commit().endswith("-dirty"))
     saved = study.load(out)
     assert saved["checks"][plan.code_hash()]["same_as"] == env_hash
     assert study.stale(saved) == []
+    # The same check says nothing about a run of another kind.
+    saved["runs"]["1w-s0"] = _run("1w-s0", env_hash)
+    assert study.stale(saved) == ["1w-s0"]
 
     late = {**comment, "gan/local_sgd.py": ("if done % self.every == 0:",
                                             "if done % self.every == 1:")}

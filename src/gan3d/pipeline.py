@@ -7,6 +7,8 @@ and then:
 * keeps each executed notebook under ``results/notebooks/`` (also when it failed, for inspection);
 * moves the figures a notebook made into ``figures/`` only after the notebook succeeded: a notebook
   writes into its own staging folder, so earlier figures are never deleted or half-overwritten;
+  what each figure draws (``data/<name>.json``, :mod:`gan3d.plots.description`) goes with it into
+  ``figures/data/``;
 * writes ``figures/README.md``, the index from each figure to the paper's figure it reproduces (or
   extends), the notebook and parameters that made it, the date and the commit;
 * records provenance per run (parameters, versions, commit, machine, time per notebook).
@@ -194,12 +196,19 @@ def _select(only: Sequence[str] | None) -> list[Step]:
 
 
 def _publish(staging: Path, figures: Path) -> list[str]:
-    """Move a successful step's figures into ``figures`` (each an atomic rename)."""
+    """Move a successful step's figures into ``figures`` (each an atomic rename), and what each
+    draws (``data/<name>.json``, :mod:`gan3d.plots.description`) into ``figures/data``; returns
+    the figures' names."""
     names = []
     for p in sorted(staging.glob("*")):
         if p.is_file() and not p.name.startswith("."):
             os.replace(p, figures / p.name)
             names.append(p.name)
+    described = sorted((staging / "data").glob("*.json"))
+    if described:
+        ensure_dir(figures / "data")
+    for p in described:
+        os.replace(p, figures / "data" / p.name)
     return names
 
 

@@ -9,6 +9,8 @@ Plot functions live in submodules by topic (``plots.data``, ``plots.training``, 
 * draws inside the house style (:func:`styled`) and returns the Figure.
 
 Notebooks save and display a figure with :func:`show`; scripts save with :func:`save_figure`.
+Both write, beside the figure, what it draws as JSON (``data/<name>.json``,
+:mod:`gan3d.plots.description`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ matplotlib.use("Agg", force=False)  # headless by default; notebooks may still s
 from matplotlib.figure import Figure  # noqa: E402
 
 from ..io import atomic_path  # noqa: E402
+from . import description  # noqa: E402
 
 __all__ = ["style", "styled", "new_figure", "panels", "colours", "save_figure", "show", "Figure",
            "LABELS"]
@@ -97,11 +100,17 @@ def panels(ax, nrows: int = 1, ncols: int = 1, **kwargs):
     return axes[0, 0].get_figure(root=True), squeezed
 
 
-def save_figure(fig: Figure, path: str | Path, *, dpi: int = 130) -> Path:
-    """Write ``fig`` atomically (PNG, PDF or SVG by suffix); returns the path."""
+def save_figure(fig: Figure, path: str | Path, *, dpi: int = 130, data: bool = True) -> Path:
+    """Write ``fig`` atomically (PNG, PDF or SVG by suffix); returns the path.
+
+    With ``data`` (the default) also what it draws, as JSON in ``data/<name>.json`` beside it
+    (:mod:`gan3d.plots.description`): the values each figure plots, for tests and diffs.
+    """
     path = Path(path)
     with style(), atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=dpi)
+    if data:
+        description.write(fig, path)
     return path
 
 
