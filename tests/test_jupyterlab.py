@@ -125,8 +125,11 @@ def test_the_lab_asks_no_news_question_and_checks_for_no_updates(lab):
     url, token, _ = lab
     served = json.loads(urllib.request.urlopen(
         f"{url}/lab/api/settings/@jupyterlab/apputils-extension:notification?token={token}").read())
-    assert served["composite"]["fetchNews"] == "false"
-    assert served["composite"]["checkForUpdates"] is False
+    defaults = served["schema"]["properties"]  # JupyterLab applies overrides to the defaults
+    assert defaults["fetchNews"]["default"] == "false"
+    assert defaults["checkForUpdates"]["default"] is False
+    user = served.get("settings") or {}  # and no user setting of this server turns them back on
+    assert user.get("fetchNews", "false") == "false" and not user.get("checkForUpdates", False)
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")))
