@@ -160,7 +160,7 @@ def test_committed_figures_match_their_index():
     assert sum(p.stat().st_size for p in folder.glob("*.png")) < 5 * 2**20
     # what the figures draw (data/X.json for X.png): of figures that are there, and small too
     described = list((folder / "data").glob("*.json"))
-    assert {p.stem for p in described} <= {n[:-4] for n in pngs}
+    assert {p.stem for p in described} == {n[:-4] for n in pngs}  # every figure has its data
     assert sum(p.stat().st_size for p in described) < 5 * 2**20
 
 
