@@ -96,6 +96,10 @@ def test_one_step_updates_every_weight_of_both_networks(gan_step):
 
     def record(image, labels, e, ecal):  # [total, BCE, MAPE(E), MAPE(ECAL)] of one batch
         p, aux, total = (np.asarray(t, np.float64)[:, 0] for t in gan_step.d(image, training=False))
+        # Keras' BCE clips p to [eps, 1 - eps] in float32: a saturated D (p = 1 exactly, as the
+        # session's shared step may be by now) then costs -log(eps), not infinity
+        eps = np.float32(1e-7)
+        p = np.clip(p, eps, np.float32(1) - eps)
         bce = -(labels * np.log(p) + (1 - labels) * np.log(1 - p))
         parts = [bce.mean(), *(100 * np.mean(np.abs(y - x) / np.abs(y)) for y, x in
                                ((e, aux), (ecal, total)))]
