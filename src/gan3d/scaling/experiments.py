@@ -40,7 +40,7 @@ from ..exceptions import ConfigError
 from ..io import atomic_path, ensure_dir, provenance, read_json, write_json
 from ..parallel.jobs import launch_job
 from ..paths import resolve_path
-from . import perfmodel, speedup, timeline, topology
+from . import energy, perfmodel, speedup, timeline, topology
 
 log = console.get_logger(__name__)
 
@@ -159,6 +159,7 @@ def run(cfg: Config, *, workers: Sequence[int] | None = None, mode: str | None =
                                                       + r["scheduler"]["cpu_s"])
                  for r in results[p] if r.get("scheduler", {}).get("cpu_s")]
         pt["runqueue_wait_fraction"] = statistics.fmean(waits) if waits else None
+        pt["energy"] = energy.per_shower([res.get("energy") for res in results[p]])
         points.append(pt)
     _speedups(points, mode)
     result = {"kind": "scaling", "mode": mode, "points": points, "threads_per_worker": threads,

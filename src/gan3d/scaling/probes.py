@@ -25,6 +25,7 @@ import numpy as np
 from .. import runtime
 from ..config import from_dict
 from ..parallel import distributed
+from . import energy
 
 __all__ = ["allreduce_task", "measure_step_rate", "roofline_task", "steps_task", "time_allreduce",
            "time_shared_compute"]
@@ -174,8 +175,10 @@ def measure_step_rate(cfg, steps: int = 5, warmup: int = 2, *, data: str = "rand
     polling shows up here, other users of the machine do not), ``cpu_step_times_s``,
     ``showers_per_s`` (this process: batch / median step), ``showers_per_s_total`` (x workers),
     ``gflop_per_s`` (this process, by :func:`gan3d.gan.model.step_flops`), ``workers``, ``rank``,
-    ``batch_size``, ``precision``, ``threads``. ``threads`` overrides the intra-op thread count
-    (default cores / local ranks); it only takes effect if TensorFlow has not started yet.
+    ``batch_size``, ``precision``, ``threads``, ``energy`` (:func:`gan3d.scaling.energy.meter`
+    over the timed steps: this host's counters and the showers its ranks trained). ``threads``
+    overrides the intra-op thread count (default cores / local ranks); it only takes effect if
+    TensorFlow has not started yet.
     """
     world = distributed.init(threads=threads)  # DISTRIBUTED: before TensorFlow starts
     import tensorflow as tf
@@ -191,11 +194,13 @@ def measure_step_rate(cfg, steps: int = 5, warmup: int = 2, *, data: str = "rand
     step.set_learning_rate(training.learning_rate(cfg, world.size, 1.0))
     batches = _rate_batches(cfg, world, data)
     times, cpu = [], []
-    for i in range(warmup + steps):
-        batch = next(batches)
-        t0, c0 = time.perf_counter(), time.process_time()
-        np.asarray(step.train_step(batch))  # the host copy waits for the step to finish
-        if i >= warmup:
+    for _ in range(warmup):
+        np.asarray(step.train_step(next(batches)))
+    with energy.meter() as joules:  # this host's counters over the timed steps, where readable
+        for _ in range(steps):
+            batch = next(batches)
+            t0, c0 = time.perf_counter(), time.process_time()
+            np.asarray(step.train_step(batch))  # the host copy waits for the step to finish
             times.append(time.perf_counter() - t0)
             cpu.append(time.process_time() - c0)
     median = float(np.median(times))
@@ -206,7 +211,8 @@ def measure_step_rate(cfg, steps: int = 5, warmup: int = 2, *, data: str = "rand
             "gflop_per_s": step_flops(step.g, step.d) * b / median / 1e9,
             "workers": world.size, "rank": world.rank, "batch_size": b,
             "precision": cfg.train.precision,
-            "threads": runtime.intra_op_threads()}
+            "threads": runtime.intra_op_threads(),
+            "energy": {**joules.result(), "showers": b * world.local_size * steps}}
 
 
 def _rate_batches(cfg, world, data: str):

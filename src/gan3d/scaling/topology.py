@@ -196,12 +196,10 @@ def _gpus(root: Path) -> tuple[list[dict], list[tuple[int, int, str]]]:
 
 
 def _cpu_model(root: Path) -> str:
-    info = _read(root / "proc/cpuinfo")
-    for key in ("model name", "cpu", "Processor"):
-        m = re.search(rf"^{key}\s*:\s*(.+)$", info, re.M)
-        if m:
-            return m.group(1).strip()
-    return platform.processor() or platform.machine()
+    from .energy import cpu_model
+
+    return (cpu_model(_read(root / "proc/cpuinfo"), ("model name", "cpu", "Processor"))
+            or platform.processor() or platform.machine())
 
 
 def read_machine(root: str | os.PathLike = "/") -> dict:
