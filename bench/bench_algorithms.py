@@ -40,6 +40,9 @@ def main(argv=None) -> int:
     p.add_argument("--max-mib-1gbe", type=int, default=16,
                    help="largest message on 1 GbE (MiB): 64 MiB takes seconds per call there")
     p.add_argument("--output", default="results/bench/algorithms.json")
+    p.add_argument("--allow-dirty", action="store_true",
+                   help="write into studies/ from a tree with uncommitted changes "
+                        "(the file is then marked clean: false)")
     opts = p.parse_args(argv)
     reason = netns.unavailable()
     if reason:
@@ -47,9 +50,10 @@ def main(argv=None) -> int:
         return 0
 
     from gan3d import records
-    from gan3d.io import provenance, write_json
+    from gan3d.io import provenance
     from gan3d.paths import resolve_path
 
+    records.check_writable(resolve_path(opts.output), opts.allow_dirty)  # before the work
     result = algorithms.study(opts.profiles, opts.ranks, opts.algorithms, repeats=opts.repeats,
                               hierarchical=opts.hierarchical,
                               max_bytes={"1gbe": opts.max_mib_1gbe * 2**20})
@@ -64,7 +68,8 @@ def main(argv=None) -> int:
               f"{r['tensors']} tensors): Gloo {r['gloo_s'] * 1e3:.2f} ms, MPI {r['mpi_s'] * 1e3:.2f} "
               f"ms (MPI / Gloo {r['mpi_s'] / r['gloo_s']:.2f})")
     print(f"[bench_algorithms] leftovers: {netns.leftovers() or 'none'}")
-    path = write_json(resolve_path(opts.output), records.record("algorithms", result))
+    path = records.write(resolve_path(opts.output), records.record("algorithms", result),
+                         allow_dirty=opts.allow_dirty)
     print(f"[bench_algorithms] wrote {path}")
     return 0
 

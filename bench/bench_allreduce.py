@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import argparse
 
+from gan3d import records
+from gan3d.paths import resolve_path
 from gan3d.scaling.experiments import BENCH_SIZES, allreduce_benchmark
 
 
@@ -52,7 +54,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=20, help="timed calls per size (median)")
     parser.add_argument("--max-kib", type=int, default=64 * 1024, help="largest message, KiB")
     parser.add_argument("--output", default="results/bench/allreduce.json")
+    parser.add_argument("--allow-dirty", action="store_true",
+                        help="write into studies/ from a tree with uncommitted changes "
+                             "(the file is then marked clean: false)")
     args = parser.parse_args()
+    records.check_writable(resolve_path(args.output), args.allow_dirty)  # written by the study
     sizes = [n for n in BENCH_SIZES if n <= args.max_kib * 1024]
     res = allreduce_benchmark(workers=args.workers, sizes=sizes, repeats=args.repeats,
                               output=args.output)

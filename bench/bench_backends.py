@@ -51,11 +51,16 @@ def main(argv=None) -> int:
     p.add_argument("--warmup", type=int, default=2, help="untimed steps per job (compiling)")
     p.add_argument("--repeats", type=int, default=3, help="interleaved jobs per configuration")
     p.add_argument("--output", default="results/bench/backends.json")
+    p.add_argument("--allow-dirty", action="store_true",
+                   help="write into studies/ from a tree with uncommitted changes "
+                        "(the file is then marked clean: false)")
     opts = p.parse_args(argv)
 
     from gan3d import records, runtime
-    from gan3d.io import provenance, write_json
+    from gan3d.io import provenance
     from gan3d.paths import resolve_path
+
+    records.check_writable(resolve_path(opts.output), opts.allow_dirty)  # before the work
 
     backends = ("horovod", "jax")
     rates: dict[str, list[float]] = {}
@@ -76,9 +81,9 @@ def main(argv=None) -> int:
         rows.append({"workers": workers, "horovod": h, "jax": j, "ratio": j / h})
         print(f"{workers:>7} {h:>18.2f} {j:>14.2f} {j / h:>12.2f}")
     machine = {"cores": runtime.cpu_count(), "cpu_has_bf16": runtime.cpu_has_bf16()}
-    path = write_json(resolve_path(opts.output), records.record("backends", {
+    path = records.write(resolve_path(opts.output), records.record("backends", {
         "benchmark": "backends", "settings": vars(opts), "machine": machine, "rates": rates,
-        "table": rows}, provenance=provenance()))
+        "table": rows}, provenance=provenance()), allow_dirty=opts.allow_dirty)
     print(f"[bench_backends] wrote {path}")
     return 0
 

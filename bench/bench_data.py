@@ -31,7 +31,7 @@ from gan3d import records, runtime
 from gan3d.data import files, sharding, showers
 from gan3d.data.generate import generate_dataset
 from gan3d.config import resolve
-from gan3d.io import provenance, write_json
+from gan3d.io import provenance
 
 
 def _timed_generate(n: int, seed: int, barrier=None, queue=None) -> tuple[float, float, float]:
@@ -169,7 +169,11 @@ def main() -> None:
                         help="per-worker batch of the training step (default: the profile's)")
     parser.add_argument("--no-step", action="store_true", help="skip the training step")
     parser.add_argument("--output", default="results/bench/data.json")
+    parser.add_argument("--allow-dirty", action="store_true",
+                        help="write into studies/ from a tree with uncommitted changes "
+                             "(the file is then marked clean: false)")
     args = parser.parse_args()
+    records.check_writable(args.output, args.allow_dirty)  # before the work
     runtime.apply_process_defaults()  # before TensorFlow is imported: threads, quiet logs
 
     # Other processes on a small shared machine change every rate: record how busy it was.
@@ -190,7 +194,7 @@ def main() -> None:
     res["load_average_after"] = os.getloadavg()
     res["provenance"] = provenance({"arguments": vars(args)})
     print(table(res))
-    write_json(args.output, records.record("data", res))
+    records.write(args.output, records.record("data", res), allow_dirty=args.allow_dirty)
     print(f"wrote {args.output}")
 
 

@@ -26,7 +26,6 @@ import statistics
 import time
 
 from gan3d import records, runtime
-from gan3d.io import write_json
 from gan3d.paths import resolve_path
 
 
@@ -56,7 +55,11 @@ def main(argv=None) -> dict:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--threads", type=int, default=None, help="TF intra-op threads (default: cores)")
     p.add_argument("--out", default="results/bench/inference.json")
+    p.add_argument("--allow-dirty", action="store_true",
+                   help="write into studies/ from a tree with uncommitted changes "
+                        "(the file is then marked clean: false)")
     args = p.parse_args(argv)
+    records.check_writable(resolve_path(args.out), args.allow_dirty)  # before the work
 
     runtime.apply_process_defaults()
     threads = runtime.configure_tensorflow_threads(args.threads)  # before any TF op runs
@@ -90,7 +93,8 @@ def main(argv=None) -> dict:
                   "ratios": ratios, "threads": {"intra_op": threads[0], "inter_op": threads[1]},
                   "settings": vars(args)})
     _print(speed)
-    write_json(resolve_path(args.out), records.record("inference", speed))
+    records.write(resolve_path(args.out), records.record("inference", speed),
+                  allow_dirty=args.allow_dirty)
     print(f"wrote {resolve_path(args.out)}")
     return speed
 

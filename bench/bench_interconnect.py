@@ -46,6 +46,9 @@ def main(argv=None) -> int:
     p.add_argument("--only-steps", action="store_true",
                    help="keep the all-reduce results of the existing --output file, add the steps")
     p.add_argument("--output", default="results/bench/network.json")
+    p.add_argument("--allow-dirty", action="store_true",
+                   help="write into studies/ from a tree with uncommitted changes "
+                        "(the file is then marked clean: false)")
     opts = p.parse_args(argv)
     reason = netns.unavailable()
     if reason:
@@ -53,11 +56,12 @@ def main(argv=None) -> int:
         return 0
 
     from gan3d import config, records
-    from gan3d.io import provenance, write_json
+    from gan3d.io import provenance
     from gan3d.paths import resolve_path
     from gan3d.scaling import interconnect, multinode
 
     out_path = resolve_path(opts.output)
+    records.check_writable(out_path, opts.allow_dirty)  # before the work
     if opts.only_steps:
         result = records.read(out_path, "interconnect")  # an old file (schema 0) too
     else:
@@ -85,7 +89,8 @@ def main(argv=None) -> int:
                   f"GB/s against {shaped / 1e9:.3g} shaped ({link['bandwidth_Bps'] / shaped - 1:+.1%})")
     print(f"[bench_interconnect] netem (added delay) available: {result['netem']}; leftovers: "
           f"{netns.leftovers() or 'none'}")
-    path = write_json(out_path, records.record("interconnect", result))
+    path = records.write(out_path, records.record("interconnect", result),
+                         allow_dirty=opts.allow_dirty)
     print(f"[bench_interconnect] wrote {path}")
     return 0
 

@@ -143,6 +143,9 @@ def main(argv=None) -> int:
     p.add_argument("--workdir", type=Path, default=ROOT / "results" / "precision")
     p.add_argument("--output", type=Path, default=ROOT / "studies" / "precision.json")
     p.add_argument("--force", action="store_true", help="run even where bfloat16 is emulated")
+    p.add_argument("--allow-dirty", action="store_true",
+                   help="write into studies/ from a tree with uncommitted changes "
+                        "(the file is then marked clean: false)")
     opts = p.parse_args(argv)
     if opts.steps % opts.points:
         p.error(f"--steps {opts.steps} must be a multiple of --points {opts.points}")
@@ -151,10 +154,11 @@ def main(argv=None) -> int:
               "and compare nothing useful; run it on a CPU that has them, or pass --force",
               file=sys.stderr)
         return 2
+    records.check_writable(opts.output, opts.allow_dirty)  # before hours of runs
     ensure_dir(opts.workdir)
     result = records.read(opts.output, "precision") if opts.output.is_file() else {}
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(opts).items()
-                if k not in ("workdir", "output", "force", "seeds")}
+                if k not in ("workdir", "output", "force", "seeds", "allow_dirty")}
     stored = {k: v for k, v in result.get("settings", {}).items() if k != "seeds"}
     if stored != settings:  # other runs: start again (more seeds extend them)
         result = {"runs": {}}
@@ -182,7 +186,8 @@ def main(argv=None) -> int:
         result["comparison"] = compare(result["runs"])
         result["provenance"] = provenance({"cpu_bf16": runtime.cpu_has_bf16(),
                                            "final_points": FINAL_POINTS})
-        write_json(opts.output, records.record("precision", result))
+        records.write(opts.output, records.record("precision", result),
+                      allow_dirty=opts.allow_dirty)
     print(table(result))
     return 0
 

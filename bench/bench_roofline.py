@@ -31,11 +31,14 @@ def main(argv=None) -> int:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="sets",
                    help="a setting of the profiled configuration (e.g. train.cpu_layers=fast)")
     p.add_argument("--output", default="results/bench/roofline.json")
+    p.add_argument("--allow-dirty", action="store_true",
+                   help="write into studies/ from a tree with uncommitted changes "
+                        "(the file is then marked clean: false)")
     opts = p.parse_args(argv)
 
     from gan3d import config, records, runtime
     from gan3d.exceptions import ConfigError
-    from gan3d.io import provenance, write_json
+    from gan3d.io import provenance
     from gan3d.paths import resolve_path
     from gan3d.scaling import experiments, roofline
 
@@ -55,6 +58,7 @@ def main(argv=None) -> int:
                                  "its roofline would measure the fallback, not the machine")
             print(f"[bench_roofline] bfloat16 {notes['bfloat16']}", flush=True)
     out = resolve_path(opts.output)
+    records.check_writable(out, opts.allow_dirty)  # before the work
     profiles = {}
     for prec in opts.precisions:
         cfg = config.resolve("quick", {"train.batch_size": opts.batch, "train.precision": prec,
@@ -63,9 +67,9 @@ def main(argv=None) -> int:
         profiles[prec] = experiments.layer_profile(cfg, threads=opts.threads,
                                                    repeats=opts.repeats)
         print(roofline.profile_table(profiles[prec], top=opts.top), flush=True)
-    path = write_json(out, records.record("roofline", {
+    path = records.write(out, records.record("roofline", {
         "benchmark": "roofline", "cpu_has_bf16": bf16, "notes": notes, "settings": vars(opts),
-        "profiles": profiles}, provenance=provenance()))
+        "profiles": profiles}, provenance=provenance()), allow_dirty=opts.allow_dirty)
     print(f"[bench_roofline] wrote {path}")
     return 0
 

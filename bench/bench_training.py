@@ -335,6 +335,9 @@ def main(argv=None) -> int:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="sets",
                    help="a setting of every run (with --against: of this checkout's runs)")
     p.add_argument("--output", default="results/bench/training.json")
+    p.add_argument("--allow-dirty", action="store_true",
+                   help="write into studies/ from a tree with uncommitted changes "
+                        "(the file is then marked clean: false)")
     p.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
     opts = p.parse_args(argv)
     if opts.worker:
@@ -346,10 +349,11 @@ def main(argv=None) -> int:
     from gan3d.config import parse_overrides, resolve
     from gan3d.exceptions import ConfigError
     from gan3d.gan.model import step_flops
-    from gan3d.io import provenance, write_json
+    from gan3d.io import provenance
     from gan3d.paths import resolve_path
     from gan3d.runtime import cpu_has_bf16
 
+    records.check_writable(resolve_path(opts.output), opts.allow_dirty)  # its folder: all 3
     try:  # a wrong key or value: a named error before any launch
         opts.overrides = parse_overrides(opts.sets)
         resolve("quick", opts.overrides)
@@ -364,11 +368,13 @@ def main(argv=None) -> int:
             print(f"[bench_training] bfloat16 skipped: {notes['bfloat16']['why']}", flush=True)
 
     def save(name: str, benchmark: str, settings: dict, **body) -> int:
-        out = write_json(resolve_path(opts.output.replace("training.json", name)), records.record(
+        path = resolve_path(opts.output.replace("training.json", name))
+        out = records.write(path, records.record(
             "training", {"benchmark": benchmark, **body,
                          "settings": {**settings, "steps": opts.steps, "warmup": opts.warmup,
                                       "repeats": opts.repeats, "overrides": opts.overrides},
-                         "cpu_has_bf16": bf16, "notes": notes}, provenance=provenance()))
+                         "cpu_has_bf16": bf16, "notes": notes}, provenance=provenance()),
+            allow_dirty=opts.allow_dirty)
         print(f"[bench_training] wrote {out}")
         return 0
 

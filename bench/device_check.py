@@ -134,13 +134,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=float, default=540.0, help="seconds for the whole run")
     ap.add_argument("--output", default="results/device")
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--allow-dirty", action="store_true",
+                    help="write into studies/ from a tree with uncommitted changes "
+                         "(the file is then marked clean: false)")
     opts = ap.parse_args(argv)
     t_start = time.perf_counter()
     if min(opts.batch, opts.steps, opts.pool) < 1 or opts.warmup < 0 or opts.train_seconds < 0:
         ap.error("--batch, --steps and --pool must be >= 1, --warmup and --train-seconds >= 0")
 
-    from gan3d import config, console
-    from gan3d.io import ensure_dir, provenance, write_json
+    from gan3d import config, console, records
+    from gan3d.io import ensure_dir, provenance
     from gan3d.parallel import jaxdist
 
     log = console.get_logger("device_check")
@@ -151,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     from gan3d.gan.jax.backend import BACKEND as jax_backend
     from gan3d.gan.model import save_discriminator, save_generator, step_flops
 
+    records.check_writable(Path(opts.output) / "device_check.json", opts.allow_dirty)
     out = ensure_dir(opts.output)
     t = time.perf_counter()  # the showers first: forked workers, before JAX starts its threads
     data_cfg = config.resolve(opts.profile).data
@@ -256,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         log.info("%d steps, %d showers in %.0f s; targets met %d of %d; saved %s", steps, seen,
                  trained, final["mon_targets_met"], final["mon_targets"], report["generator"])
     report["wall_seconds"] = time.perf_counter() - t_start
-    write_json(out / "device_check.json", report)
+    records.write(out / "device_check.json", report, allow_dirty=opts.allow_dirty)
     timed = report["timed"]
     rows = [("device", f"{n_dev} x {devices[0].device_kind}"), ("precision", precision),
             ("batch per device", opts.batch), ("matmul ceiling", f"{ceiling / 1e12:.1f} TFLOP/s"),

@@ -47,6 +47,9 @@ def test_provenance_names_versions_and_machine():
     info = provenance({"step": "test"})
     assert info["gan3d"] and info["machine"]["cores"] >= 1
     assert "numpy" in info["versions"] and info["step"] == "test"
+    # the commit alone (a full hash, or None outside a checkout), its tree's state beside it
+    assert info["clean"] in (True, False, None) and info["source"]
+    assert info["commit"] is None or (len(info["commit"]) == 40 and info["clean"] is not None)
 
 
 def test_written_files_are_readable_by_others(tmp_path):

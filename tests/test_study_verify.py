@@ -18,7 +18,7 @@ import pytest
 import gan3d
 from gan3d import config
 from gan3d.convergence import plan, study, verify
-from gan3d.io import git_commit
+from gan3d.io import git_state
 from gan3d.convergence.verify import (StudyCodeDiffers, compare_runs, package_root, reference_config,
                                      reference_hash)
 
@@ -160,7 +160,7 @@ def test_verify_code_keeps_a_study_current_only_for_code_that_trains_every_kind_
     assert entry["same_as"] == env_hash and sorted(entry["kinds"]) == ["local-sgd"]
     assert all(c["equality"] == "bit for bit" for c in entry["kinds"].values())
     assert entry["kinds"]["local-sgd"]["workers"] == 2
-    assert entry["checkout"]["clean"] == (not git_commit().endswith("-dirty"))
+    assert entry["checkout"]["clean"] == (git_state().clean is True)
     saved = study.load(out)
     assert saved["checks"][plan.code_hash()]["same_as"] == env_hash
     assert study.stale(saved) == []

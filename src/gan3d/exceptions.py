@@ -21,7 +21,10 @@ __all__ = [
     "NonFiniteLoss",
     "RankFailed",
     "NotebookFailed",
+    "PipelineBusy",
+    "OutsideTrainedRange",
     "StudyFileError",
+    "UncommittedChanges",
 ]
 
 
@@ -82,5 +85,19 @@ class NotebookFailed(Gan3dError, RuntimeError):
     """A notebook of the figure pipeline failed; names the notebook and the cell."""
 
 
+class PipelineBusy(Gan3dError, RuntimeError):
+    """Another ``gan3d reproduce`` runs on the same results folder; names it (pid, host, start)."""
+
+
+class OutsideTrainedRange(ConfigError):
+    """Primary energies asked of a generator outside those it was trained on (``--strict``)."""
+
+
 class StudyFileError(Gan3dError, ValueError):
     """A study file of another kind than asked for, or of a newer schema than this gan3d reads."""
+
+
+class UncommittedChanges(StudyFileError):
+    """A study file would be written into the repository's ``studies/`` (or a study checked) from
+    a tree with uncommitted changes, or by a gan3d that is no git checkout: its provenance could
+    not name the code that made it. Commit first, or allow it explicitly (then marked so)."""

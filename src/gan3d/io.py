@@ -19,7 +19,7 @@ import sys
 import tempfile
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, NamedTuple
 
 import numpy as np
 
@@ -28,7 +28,8 @@ from .exceptions import OutputNotWritable
 from .runtime import cpu_count
 
 __all__ = ["atomic_path", "fsync_path", "remove_temporaries", "TMP_MARK", "write_json", "read_json",
-           "ensure_dir", "provenance", "git_commit"]
+           "ensure_dir", "provenance", "git_commit", "git_state", "GitState",
+           "repository_of"]
 
 
 def ensure_dir(path: str | os.PathLike) -> Path:
@@ -132,17 +133,62 @@ def read_json(path: str | os.PathLike) -> Any:
     return json.loads(Path(path).read_text())
 
 
-def git_commit(cwd: str | os.PathLike | None = None) -> str | None:
-    """The current commit (with ``-dirty`` if the tree has changes), or None outside git."""
-    cwd = cwd or Path(__file__).resolve().parent
+class GitState(NamedTuple):
+    """What git says about a checkout: which commit, and whether the tree is as committed."""
+
+    commit: str | None   # the full hash of HEAD; None outside a git checkout
+    clean: bool | None   # no uncommitted changes to tracked files (untracked ones don't count)
+    source: str          # "git checkout", or why there is no commit (e.g. "not a git checkout")
+
+
+def _git(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10)
+
+
+def git_state(repo: str | os.PathLike | None = None) -> GitState:
+    """The commit and cleanliness of ``repo`` (default: the checkout gan3d runs from).
+
+    Outside a checkout (an installed wheel, a copy made with ``git archive``, no git at all)
+    commit and clean are None and ``source`` says why. gan3d's own checkout counts only when it
+    tracks this very file: a wheel installed in a virtual environment that happens to lie inside
+    some repository is not a checkout of that repository.
+    """
+    cwd = Path(repo) if repo is not None else Path(__file__).resolve().parent
     try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True,
-                             text=True, timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        head = _git(["rev-parse", "--verify", "HEAD"], cwd)
+        if head.returncode != 0:
+            inside = _git(["rev-parse", "--is-inside-work-tree"], cwd).returncode == 0
+            return GitState(None, None, "a git repository without commits" if inside
+                            else "not a git checkout")
+        if repo is None and _git(["ls-files", "--error-unmatch", "--", Path(__file__).name],
+                                 cwd).returncode != 0:
+            return GitState(None, None, "not a git checkout (gan3d is installed inside a "
+                                        "repository that does not track it)")
+        status = _git(["status", "--porcelain", "--untracked-files=no"], cwd)
+    except FileNotFoundError:
+        return GitState(None, None, "not a git checkout (git is not installed)")
+    except (OSError, subprocess.SubprocessError) as exc:
+        return GitState(None, None, f"git could not be asked ({type(exc).__name__})")
+    clean = None if status.returncode != 0 else not status.stdout.strip()
+    return GitState(head.stdout.strip(), clean, "git checkout")
+
+
+def git_commit(cwd: str | os.PathLike | None = None) -> str | None:
+    """The current commit's full hash, or None outside git (whether the tree is clean:
+    :func:`git_state`; no ``-dirty`` suffix any more, the ``clean`` field says it)."""
+    return git_state(cwd).commit
+
+
+def repository_of(path: str | os.PathLike) -> Path | None:
+    """The root of the git work tree that holds ``path`` (which need not exist yet), or None."""
+    folder = Path(path).absolute()
+    while not folder.is_dir() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        top = _git(["rev-parse", "--show-toplevel"], folder)
     except (OSError, subprocess.SubprocessError):
         return None
-    return sha + ("-dirty" if dirty else "")
+    return Path(top.stdout.strip()).resolve() if top.returncode == 0 else None
 
 
 def _version(module: str) -> str | None:
@@ -157,16 +203,24 @@ def _version(module: str) -> str | None:
     return None
 
 
-def provenance(extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Who made a result: package version, commit, machine, time (UTC), key library versions."""
+def provenance(extra: dict[str, Any] | None = None, *,
+               repo: str | os.PathLike | None = None) -> dict[str, Any]:
+    """Who made a result: package version, commit, whether the tree was clean, machine, time
+    (UTC), key library versions. ``repo``: the checkout to describe (default: gan3d's own).
+
+    ``commit`` is the full hash (None outside a checkout, ``source`` saying why) and ``clean``
+    is True only when no tracked file differed from it (None when unknown)."""
     versions = {}
     for name in ("numpy", "h5py", "tensorflow", "keras", "horovod", "mpi4py", "matplotlib"):
         version = _version(name)
         if version:  # an absent optional library is simply not listed
             versions[name] = version
+    git = git_state(repo)
     info = {
         "gan3d": __version__,
-        "commit": git_commit(),
+        "commit": git.commit,
+        "clean": git.clean,
+        "source": git.source,
         "time_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "machine": {
             "hostname": platform.node(),

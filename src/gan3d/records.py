@@ -8,23 +8,37 @@ by ``gan3d study``) is one JSON object. Whatever else it holds, its top level ca
 * ``schema`` - the version of this envelope and of the kind's layout (:data:`SCHEMA`); a file
   written before the field existed has none and reads as schema 0, unchanged;
 * ``kind`` - what the file holds, one of :data:`KINDS`, so that a reader can refuse a wrong file;
-* ``provenance`` - :func:`gan3d.io.provenance` of the run that made it (version, commit, machine).
+* ``provenance`` - :func:`gan3d.io.provenance` of the run that made it (version, commit, clean,
+  machine).
 
 Writers build the object with :func:`record` (or stamp one they keep updating with
-:func:`stamp`); readers load it with :func:`read`, which accepts schema 0 and refuses a file of a
-newer schema or of another kind with :class:`~gan3d.exceptions.StudyFileError`.
+:func:`stamp`) and save it with :func:`write`; readers load it with :func:`read`, which accepts
+schema 0 and refuses a file of a newer schema or of another kind with
+:class:`~gan3d.exceptions.StudyFileError`.
+
+A file in a repository's ``studies/`` folder is committed evidence, so its provenance must name
+code that exists: :func:`check_writable` (called by :func:`write`, and by every writer before its
+work starts) refuses to write there from a tree with uncommitted changes to tracked files, or
+from a gan3d that is no git checkout, with :class:`~gan3d.exceptions.UncommittedChanges` -
+unless ``allow_dirty`` (``--allow-dirty``) is given, and then the file's provenance says
+``clean: false``. Anywhere else (``results/``, a temporary folder) writes are free.
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any, Mapping, TypedDict
 
-from .exceptions import StudyFileError
+from .exceptions import StudyFileError, UncommittedChanges
+from .io import GitState, git_state, repository_of, write_json
 from .io import provenance as _provenance
 from .io import read_json
 
-__all__ = ["SCHEMA", "KINDS", "Envelope", "record", "stamp", "schema_of", "read"]
+__all__ = ["SCHEMA", "KINDS", "STUDIES", "Envelope", "record", "stamp", "schema_of", "read",
+           "require_clean", "check_writable", "write"]
+
+STUDIES = "studies"  # the folder of a repository whose files are guarded (committed evidence)
 
 SCHEMA = 1  # raise it when a kind's layout changes in a way its readers must know about
 
@@ -99,3 +113,47 @@ def read(path: str | os.PathLike, kind: str | None = None) -> dict[str, Any]:
         raise StudyFileError(f"{path} holds a study of kind {data['kind']!r}, not {kind!r}: "
                              "check the file name")
     return data
+
+
+def require_clean(allow_dirty: bool = False, *, repo: str | os.PathLike | None = None,
+                  what: str = "this checkout", marked: str = "the file") -> GitState:
+    """The git state of ``repo`` (default: gan3d's own checkout); raises
+    :class:`~gan3d.exceptions.UncommittedChanges` when it has uncommitted changes to tracked
+    files or is no git checkout, unless ``allow_dirty``. ``what`` and ``marked`` name, in the
+    message, the checkout and what is marked ``clean: false`` when allowed."""
+    state = git_state(repo)
+    if state.clean or allow_dirty:
+        return state
+    why = ("has uncommitted changes to tracked files" if state.commit is not None
+           and state.clean is False else f"names no clean commit ({state.source})")
+    raise UncommittedChanges(f"{what} {why}: commit first, or pass --allow-dirty "
+                             f"({marked} is then marked clean: false)")
+
+
+def check_writable(path: str | os.PathLike, allow_dirty: bool = False) -> bool:
+    """May a study file be written at ``path``? Only a path inside the ``studies/`` folder of a
+    git repository is guarded: refused (:class:`~gan3d.exceptions.UncommittedChanges`) when that
+    repository has uncommitted changes to tracked files, or when the gan3d writing it is no git
+    checkout (its provenance would name no commit), unless ``allow_dirty``. Returns True when
+    it is written to such a folder from a tree with uncommitted changes (allowed): the writer
+    marks the file ``clean: false``. Call it before the work that makes the file, too."""
+    target = Path(path).absolute()
+    repo = repository_of(target)
+    if repo is None or not target.resolve().is_relative_to(repo / STUDIES):
+        return False
+    where = f"{target.name} goes into {STUDIES}/ (committed evidence), but"
+    state = require_clean(allow_dirty, repo=repo, what=f"{where} its repository")
+    if git_state().commit is None:  # a wheel writing into a checkout: nothing to name
+        require_clean(allow_dirty, what=f"{where} the gan3d writing it")
+    return state.clean is not True
+
+
+def write(path: str | os.PathLike, data: dict[str, Any], *, allow_dirty: bool = False,
+          mark: bool = True) -> Path:
+    """Write the study file ``data`` to ``path`` atomically after :func:`check_writable`; where
+    it was allowed from a dirty tree, its ``provenance`` gets ``clean: false`` (``mark=False``:
+    not, for a write whose provenance describes earlier work, e.g. a check added to a study,
+    which records its own checkout)."""
+    if check_writable(path, allow_dirty) and mark and isinstance(data.get("provenance"), dict):
+        data["provenance"]["clean"] = False
+    return write_json(path, data)

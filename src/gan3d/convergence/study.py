@@ -20,7 +20,9 @@ of the runs so far, :mod:`gan3d.convergence.analysis`): a stopped study loses at
 in, and ``run_study`` continues where the file ends. The file records the code version of the
 modules that determine a run's numbers (:func:`gan3d.convergence.plan.code_hash`); runs of another
 version are *stale* unless a behavioural check (:mod:`gan3d.convergence.verify`) showed this
-version to train every kind of run the study holds to the same bits.
+version to train every kind of run the study holds to the same bits. Into a repository's
+``studies/`` the file is written only from a clean tree (:func:`gan3d.records.check_writable`,
+checked before the first launch), unless ``allow_dirty``, and then it says ``clean: false``.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from .. import console, runtime
 from ..config import Config, to_dict
 from ..exceptions import Gan3dError
 from ..io import ensure_dir, provenance, write_json
-from ..records import stamp
+from ..records import check_writable, stamp, write
 from ..parallel.launch import launch
 from ..paths import resolve_path
 from .plan import Run, code_hash, plan, run_config, summarise_history
@@ -91,14 +93,17 @@ def _harvest(cfg: Config, results: dict, runs: list[Run], seconds: float) -> lis
 
 
 def run_study(cfg: Config, *, only: str | None = None, max_runs: int | None = None,
-              restart: bool = False, timeout: float = 6 * 3600) -> dict:
+              restart: bool = False, timeout: float = 6 * 3600,
+              allow_dirty: bool = False) -> dict:
     """Run every missing run of :func:`plan` (``only``: one block), ``max_runs`` at most; write
-    ``study.output`` after each launch. ``restart`` forgets earlier results first. Returns the
+    ``study.output`` after each launch. ``restart`` forgets earlier results first; ``allow_dirty``
+    writes into ``studies/`` from a tree with uncommitted changes (marked so). Returns the
     results (also with the communication measurement of :mod:`gan3d.convergence.analysis`)."""
     from ..data.generate import generate_dataset
     from . import analysis
 
     out = resolve_path(cfg.study.output)
+    check_writable(out, allow_dirty)  # before hours of training, not after them
     results = {"runs": {}} if restart else load(out)
     old = stale(results)
     if old:
@@ -117,16 +122,17 @@ def run_study(cfg: Config, *, only: str | None = None, max_runs: int | None = No
             done = _harvest(cfg, results, group, time.monotonic() - t0)
             log.info("study: %d run(s) finished (%s); %d of %d in %s", len(done), ", ".join(done),
                      len(results["runs"]), len(plan(cfg)), out)
-            _save(out, results)
+            _save(out, results, allow_dirty)
     if any(r.workers == 2 for r in plan(cfg)) and "communication" not in results:
         results["communication"] = analysis.measure_communication(cfg)
-    _save(out, results)
+    _save(out, results, allow_dirty)
     return results
 
 
-def _save(out: Path, results: dict) -> None:
+def _save(out: Path, results: dict, allow_dirty: bool = False, mark: bool = True) -> None:
     """Write the results file with the verdicts and the communication table of the runs so far
-    (derived: recomputed at every save; NaN - too few seeds - written as null)."""
+    (derived: recomputed at every save; NaN - too few seeds - written as null), through the
+    guard of :func:`gan3d.records.write` (``mark``: see there)."""
     from . import analysis
 
     ks = sorted({r["sync_every"] for r in results["runs"].values()} | {1})
@@ -136,7 +142,8 @@ def _save(out: Path, results: dict) -> None:
     except Exception as exc:  # noqa: BLE001 - the runs are hours of work: write them regardless
         log.warning("study: the verdicts could not be computed (%s: %s); the runs are saved "
                     "without them", type(exc).__name__, exc)
-    write_json(ensure_dir(out.parent) / out.name, stamp(results, "convergence"))
+    write(ensure_dir(out.parent) / out.name, stamp(results, "convergence"),
+          allow_dirty=allow_dirty, mark=mark)
 
 
 def _finite(value):
@@ -182,10 +189,11 @@ def verify(cfg: Config, reference: str | Path, *, showers: int = 256,
 
     out = resolve_path(cfg.study.output)
     results = load(out)
+    check_writable(out, allow_dirty)
     entry = verify_code(cfg, reference, results, showers=showers, kinds=kinds,
                         allow_dirty=allow_dirty)
-    if entry is not None:
-        _save(out, results)
+    if entry is not None:  # the runs' provenance is theirs; the check records its checkout
+        _save(out, results, allow_dirty, mark=False)
     return entry
 
 

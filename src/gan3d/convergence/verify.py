@@ -17,7 +17,8 @@ study of float32 runs does not need it.
 
 When every kind passes, the results file records under ``checks`` (keyed by this checkout's
 version) the study's version, the reference's commit, this checkout's commit (refused from a
-tree with uncommitted changes unless asked, and then marked), the kinds checked with what was
+tree with uncommitted changes unless asked, and then marked: :func:`gan3d.records.require_clean`,
+the check a write into ``studies/`` makes), the kinds checked with what was
 compared, and the machine. :func:`gan3d.convergence.study.stale` counts a run as current when its
 own version is this checkout's, or when such a check covers its kind.
 
@@ -46,9 +47,10 @@ from .. import console, runtime
 from ..config import Config, flatten, to_dict
 from ..exceptions import Gan3dError
 from ..gan.history import read_history
-from ..io import ensure_dir, git_commit, write_json
+from ..io import ensure_dir, write_json
 from ..parallel.launch import launch
 from ..paths import resolve_path
+from ..records import require_clean
 from .plan import KINDS, Run, code_hash, run_config, run_kind
 
 log = console.get_logger(__name__)
@@ -257,13 +259,10 @@ def verify_code(cfg: Config, reference: str | Path, results: dict, *, showers: i
     now = code_hash()
     if now == study_hash:
         return None
-    commit = git_commit()
-    clean = commit is not None and not commit.endswith("-dirty")
-    if not clean and not allow_dirty:
-        raise StudyCodeDiffers(
-            f"this checkout is {'not in git' if commit is None else 'a tree with uncommitted changes'}"
-            ": commit first, so the check names code that exists (or pass allow_dirty, "
-            "--allow-dirty, and the check is marked so)")
+    # the check must name code that exists: the same refusal as a write into studies/
+    state = require_clean(allow_dirty, what="this checkout (whose code the check would name)",
+                          marked="the check")
+    commit, clean = state.commit, state.clean is True
     work = ensure_dir(resolve_path(cfg.study.workdir) / "verify-code")
     root, ref_commit = reference_package(reference, work)
     ref_hash = reference_hash(root)
@@ -312,15 +311,11 @@ def verify_code(cfg: Config, reference: str | Path, results: dict, *, showers: i
 
 
 def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
     import platform
 
-    return platform.processor() or platform.machine()
+    from ..scaling.energy import cpu_model
+
+    return cpu_model() or platform.processor() or platform.machine()
 
 
 def covered(results: dict, version: str) -> set[str]:
