@@ -79,3 +79,34 @@ def test_resuming_with_another_worker_count_is_refused_saying_what_would_change(
     with pytest.raises(CheckpointError, match=r"written by 2 worker\(s\), this run has 4.*"
                                               r"from 0\.002 to 0\.004.*shard"):
         checkpoints.check_compatible(meta, cfg, path, workers=4)
+
+
+def test_a_fork_restores_the_state_and_records_what_it_changes(tmp_path, gan_step):
+    parent = _cfg(tmp_path, **{"train.epochs": 4, "train.seed": 3})
+    variables = gan_step.state_variables()
+    saved = [v.numpy().copy() for v in variables]
+    path = checkpoints.save_checkpoint(tmp_path / "run" / "checkpoints", 4, variables, parent,
+                                       [{"epoch": 4, "showers_seen": 128}], 2)
+    for v in variables:
+        v.assign(np.zeros(v.shape, v.dtype.name if hasattr(v.dtype, "name") else v.dtype))
+    child = parent.replace(**{"train.epochs": 6, "train.seed": 5, "train.sync_every": 16})
+    # A run's folder names its newest checkpoint; 1 worker forks a 2-worker run.
+    done, history, record = checkpoints.fork(tmp_path / "run", variables, child, workers=1)
+    assert all(np.array_equal(a, v.numpy()) for a, v in zip(saved, variables))
+    assert (done, history) == (4, [{"epoch": 4, "showers_seen": 128}])
+    assert record["changed"] == {"train.seed": [3, 5], "train.sync_every": [1, 16],
+                                 "workers": [2, 1]}
+    assert record["from"] == str(path) and record["showers_seen"] == 128
+    import hashlib
+
+    assert record["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert record["config"]["train"]["seed"] == 3 and record["provenance"]["gan3d"]
+    with pytest.raises(CheckpointError, match=r"train.epochs above 4 \(e.g. --epochs 14"):
+        checkpoints.fork(path, variables, parent, workers=1)  # 4 epochs: nothing left to train
+    with pytest.raises(CheckpointError, match="no such checkpoint file or run folder"):
+        checkpoints.fork(tmp_path / "nowhere.npz", variables, child, workers=1)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CheckpointError, match="holds no checkpoint"):
+        checkpoints.fork(tmp_path / "empty", variables, child, workers=1)
+    with pytest.raises(CheckpointError, match="different model"):
+        checkpoints.fork(path, variables[:-1], child, workers=1)

@@ -125,6 +125,33 @@ def test_train_outputs_then_nan_keeps_the_last_good_checkpoint(tmp_path, monkeyp
 
 
 @pytest.mark.slow
+def test_a_fork_continues_the_history_and_a_resumed_fork_keeps_its_parent(tmp_path):
+    parent = _tiny(tmp_path, **{"train.epochs": 1, "train.monitor_showers": 0,
+                                "train.precision": "float32"})
+    training.train(parent)
+    fork = parent.replace(**{"train.epochs": 2, "train.seed": 9,
+                             "train.output": str(tmp_path / "fork"),
+                             "train.fork_from": str(tmp_path / "out")})
+    result = training.train(fork)
+    origin = str(tmp_path / "out" / "checkpoints" / "epoch-0001.npz")
+    assert result.forked_from == origin and result.resumed_from is None
+    rows = read_history(tmp_path / "fork" / "history.jsonl")
+    assert [(r["epoch"], r["showers_seen"]) for r in rows] == [(1, 4), (2, 8)]
+    assert rows[0] == read_history(tmp_path / "out" / "history.jsonl")[0]
+    record = json.loads((tmp_path / "fork" / "config.json").read_text())["fork"]
+    assert (record["from"], record["epoch"], record["changed"]) == (origin, 1,
+                                                                   {"train.seed": [7, 9]})
+    # Resumed, the fork goes on from its own checkpoint and still names its parent.
+    again = training.train(fork.replace(**{"train.epochs": 3}), resume=True)
+    assert again.resumed_from == 2 and again.forked_from == origin
+    meta, _ = checkpoints.load_checkpoint(tmp_path / "fork" / "checkpoints" / "epoch-0003.npz")
+    assert meta["fork"]["sha256"] == record["sha256"] and len(meta["history"]) == 3
+    with pytest.raises(CheckpointError, match="train.epochs above 1"):
+        training.train(fork.replace(**{"train.epochs": 1,
+                                       "train.output": str(tmp_path / "fork2")}))
+
+
+@pytest.mark.slow
 def test_a_huge_learning_rate_fails_at_the_first_step_with_nothing_written(tmp_path):
     cfg = _tiny(tmp_path, **{"train.learning_rate": 1e30})
     with pytest.raises(NonFiniteLoss, match="epoch 1, step 1: non-finite loss"):

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from gan3d import runtime
+from gan3d.config import resolve
 from gan3d.parallel.launch import launch
 from gan3d.exceptions import RankFailed
 
@@ -54,7 +55,15 @@ def runs(tmp_path_factory) -> Path:
     _launch(2, out, [["equal2", "equal", [HALF]], ["sync", "sync", []], *bf16,
                      ["local", "local", []],
                      ["train", "train", [[[full, False], [part, False], [local, False]]]]])
-    _launch(2, out, [["resumed", "train", [[[dict(part, **{"train.epochs": 2}), True]]]]])
+    # Forks of `full` after its epoch 1 (a different worker count is the 1-process test's).
+    parent = str(out / "full" / "checkpoints" / "epoch-0001.npz")
+    same = _tiny(out, **{"train.epochs": 2, "train.output": str(out / "fork_same"),
+                         "train.fork_from": parent})
+    warm = _tiny(out, **{"train.epochs": 2, "train.output": str(out / "fork_warm"),
+                         "train.fork_from": parent, "train.lr_warmup_epochs": 2,
+                         "train.seed": 8})
+    _launch(2, out, [["resumed", "train", [[[dict(part, **{"train.epochs": 2}), True],
+                                            [same, False], [warm, False]]]]])
     plan = json.dumps([["equal1", "equal", [HALF]]])
     subprocess.run([sys.executable, str(SCRIPT), str(out), plan], check=True,
                    env=runtime.mpi_environment(), timeout=900, capture_output=True)
@@ -160,6 +169,33 @@ def test_resume_continues_exactly_and_serial_eval_equals_distributed(runs):
         assert (rb["eval_mode"], ra["eval_mode"]) == ("serial", "distributed")
         assert rb["test_d_loss"] == pytest.approx(ra["test_d_loss"], rel=1e-5)
         assert rb["test_g_loss"] == pytest.approx(ra["test_g_loss"], rel=1e-5)
+
+
+def test_a_fork_on_two_ranks_continues_its_parent_exactly_and_warms_up_from_the_fork(runs):
+    """A fork that changes nothing is the uninterrupted run, bit for bit: every weight, RMSprop
+    and BatchNorm variable of the parent came back on both ranks. A fork with a warm-up starts its
+    ramp at the fork (lr = the base lr in its first step), not at the parent's first epoch."""
+    r = json.loads((runs / "resumed" / "rank0.json").read_text())["runs"]
+    parent = str(runs / "full" / "checkpoints" / "epoch-0001.npz")
+    assert [x["forked_from"] for x in r] == [None, parent, parent]
+    assert [x["resumed_from"] for x in r] == [1, None, None]
+    a = np.load(runs / "full" / "checkpoints" / "epoch-0002.npz")
+    b = np.load(runs / "fork_same" / "checkpoints" / "epoch-0002.npz")
+    names = [k for k in a.files if k != "meta"]
+    assert all(np.array_equal(a[k], b[k]) for k in names)
+    rows = [json.loads(s) for s in (runs / "fork_same" / "history.jsonl").read_text().splitlines()]
+    full = [json.loads(s) for s in (runs / "full" / "history.jsonl").read_text().splitlines()]
+    assert [x["d_loss"] for x in rows] == [x["d_loss"] for x in full]  # the parent's row kept
+    record = json.loads((runs / "fork_same" / "config.json").read_text())["fork"]
+    assert (record["epoch"], record["workers"], record["changed"]) == (1, 2, {})
+    warm = json.loads((runs / "fork_warm" / "config.json").read_text())["fork"]
+    assert warm["changed"] == {"train.lr_warmup_epochs": [0, 2], "train.seed": [7, 8]}
+    meta = json.loads(str(np.load(runs / "fork_warm" / "checkpoints" / "epoch-0002.npz")["meta"]))
+    assert meta["fork"]["sha256"] == warm["sha256"]  # every checkpoint of a fork names its parent
+    lr = [json.loads(s)["lr"] for s in (runs / "fork_warm" / "history.jsonl").read_text().splitlines()]
+    base = resolve("quick", {}).train.learning_rate
+    assert lr[0] == full[0]["lr"] == pytest.approx(2 * base)  # the parent's epoch: lr x 2 workers
+    assert lr[1] == pytest.approx(base)  # the fork's first (and only) step: the ramp's start
 
 
 def test_missing_data_stops_every_rank_with_the_named_error(tmp_path):

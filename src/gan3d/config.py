@@ -94,6 +94,10 @@ class TrainConfig:
     workers: int = 1
     # horovod: TensorFlow + Horovod, the paper's stack; jax: Keras 3 on JAX, jax.distributed
     backend: Literal["horovod", "jax"] = "horovod"
+    # A checkpoint (an epoch-NNNN.npz, or a run's folder: its newest) to start a NEW run from:
+    # its weights, optimiser states and BatchNorm statistics, with this run's workers, learning
+    # rate rule, precision, seed and data (gan.checkpoints.fork). Epochs count on from its epoch.
+    fork_from: str = ""
 
 
 @dataclass(frozen=True)

@@ -11,12 +11,19 @@ Random state is not stored: every seed is derived from (seed, rank, epoch) at th
 epoch (:meth:`gan3d.gan.step.GanStep.reseed`), and the data order from (seed, epoch), so the epoch
 number is all a resumed run needs to draw exactly what the uninterrupted run would have drawn.
 
+A checkpoint can also start a *new* run (:func:`fork`, ``train.fork_from``): the warm start of
+the convergence studies and of a 2-worker run continuing a 1-worker one. Unlike a resume, a fork
+may change the worker count, the learning-rate rule, the precision, the seed or the data; what it
+changed, the parent's file (with its SHA-256), epoch, configuration and provenance are recorded in
+the fork's ``config.json`` and in every checkpoint it writes, so a fork of a fork stays traceable.
+
 Files are written through :func:`gan3d.io.atomic_path`: a crash leaves the previous checkpoint
 intact and never a half-written one. The newest ``keep`` checkpoints are kept.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -24,12 +31,17 @@ from typing import Any
 
 import numpy as np
 
+from .. import console
 from ..config import Config, flatten, lr_factor, to_dict
 from ..exceptions import CheckpointError
-from ..io import atomic_path, ensure_dir, provenance
+from ..io import atomic_path, ensure_dir, provenance, write_json
+from ..paths import resolve_path
 
 __all__ = ["save_checkpoint", "latest_checkpoint", "all_checkpoints", "load_checkpoint",
-           "load_latest", "restore_variables", "check_compatible", "TRAJECTORY_KEYS"]
+           "load_latest", "restore_variables", "check_compatible", "fork", "fork_source",
+           "resume", "start_fork", "TRAJECTORY_KEYS"]
+
+log = console.get_logger(__name__)
 
 _NAME = re.compile(r"^epoch-(\d{4,})\.npz$")
 # Settings that change what training computes: a resumed run must not differ in them.
@@ -43,8 +55,10 @@ TRAJECTORY_KEYS = (
 
 
 def save_checkpoint(folder: str | Path, epoch: int, variables: list, cfg: Config,
-                    history: list[dict], workers: int, keep: int = 2) -> Path:
-    """Write the checkpoint after ``epoch`` (0-based) atomically; keep the newest ``keep``."""
+                    history: list[dict], workers: int, keep: int = 2,
+                    fork: dict | None = None) -> Path:
+    """Write the checkpoint after ``epoch`` (0-based) atomically; keep the newest ``keep``.
+    ``fork``: what :func:`fork` recorded, when the run started from another run's checkpoint."""
     folder = ensure_dir(folder)
     meta = {
         "epoch": epoch,
@@ -54,6 +68,8 @@ def save_checkpoint(folder: str | Path, epoch: int, variables: list, cfg: Config
         "variables": [[v.path, list(v.shape), str(v.dtype)] for v in variables],
         "provenance": provenance(),
     }
+    if fork:
+        meta["fork"] = fork
     arrays = {f"v{i:05d}": np.asarray(v.numpy()) for i, v in enumerate(variables)}
     path = folder / f"epoch-{epoch:04d}.npz"
     with atomic_path(path) as tmp:
@@ -154,3 +170,84 @@ def _lr(cfg: Config, workers: int) -> float:
 
 def _norm(value):
     return list(value) if isinstance(value, tuple) else value
+
+
+def fork_source(path: str | Path) -> Path:
+    """The checkpoint file ``train.fork_from`` names: the file itself, or a run's folder's newest
+    (``FOLDER/checkpoints/epoch-*.npz`` or ``FOLDER/epoch-*.npz``)."""
+    p = Path(path)
+    if p.is_dir():
+        found = latest_checkpoint(p / "checkpoints") or latest_checkpoint(p)
+        if found is None:
+            raise CheckpointError(f"train.fork_from = {path}: the folder holds no checkpoint "
+                                  "(epoch-NNNN.npz, or checkpoints/epoch-NNNN.npz); name a file")
+        return found
+    if not p.is_file():
+        raise CheckpointError(f"train.fork_from = {path}: no such checkpoint file or run folder")
+    return p
+
+
+def fork(path: str | Path, variables: list, cfg: Config, workers: int
+         ) -> tuple[int, list[dict], dict[str, Any]]:
+    """Start a new run from the checkpoint ``path`` (a file or a run's folder): restore its
+    variables into ``variables`` (count and shapes checked) and return ``(epochs done, its
+    history, the fork record)``. The record - the file and its SHA-256, its epoch, workers,
+    configuration and provenance, and every trajectory setting this run changes (``changed``:
+    ``{key: [parent's, this run's]}``, the worker count included) - goes into the new run's
+    config.json and checkpoints. ``cfg.train.epochs`` counts from the parent's start, so it must
+    exceed the checkpoint's epoch."""
+    source = fork_source(path)
+    meta, arrays = load_checkpoint(source)
+    restore_variables(variables, meta, arrays, source)
+    done = int(meta["epoch"])
+    if cfg.train.epochs <= done:
+        raise CheckpointError(
+            f"train.fork_from = {source} has trained {done} epochs and train.epochs = "
+            f"{cfg.train.epochs}: a fork continues the count, so set train.epochs above {done} "
+            f"(e.g. --epochs {done + 10} for 10 more)")
+    new = flatten(to_dict(cfg))
+    old = flatten(to_dict(Config())) | flatten(meta["config"])
+    changed = {k: [old.get(k), new.get(k)] for k in TRAJECTORY_KEYS
+               if _norm(old.get(k)) != _norm(new.get(k))}
+    was = int(meta.get("workers", 1))
+    if was != workers:
+        changed["workers"] = [was, workers]
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()
+    record = {"from": str(source), "sha256": digest, "epoch": done, "workers": was,
+              "showers_seen": (meta["history"][-1].get("showers_seen") if meta["history"]
+                               else None),
+              "changed": changed, "config": meta["config"],
+              "provenance": meta.get("provenance"), "parent_fork": meta.get("fork")}
+    return done, list(meta["history"]), record
+
+
+def resume(variables: list, cfg: Config, out: Path, workers: int, say
+           ) -> tuple[int, list[dict], Path | None, dict | None]:
+    """On rank 0 of ``gan3d train --resume``: restore the newest checkpoint of ``out`` that loads
+    into ``variables``; (epochs done, history, path, the run's fork record if it was forked).
+    ``say`` reports what is done (rank 0's log)."""
+    found = load_latest(out / "checkpoints", warn=log.warning)
+    if found is None:
+        start = f"forking {cfg.train.fork_from}" if cfg.train.fork_from else "starting from scratch"
+        say(f"no usable checkpoint in {out / 'checkpoints'}: {start}")
+        return 0, [], None, None
+    path, meta, arrays = found
+    check_compatible(meta, cfg, path, workers)
+    restore_variables(variables, meta, arrays, path)
+    if meta["epoch"] > cfg.train.epochs:
+        raise CheckpointError(f"{path} has {meta['epoch']} epochs, more than train.epochs = "
+                              f"{cfg.train.epochs}; raise train.epochs to continue")
+    say(f"resuming after epoch {meta['epoch']} from {path}")
+    return meta["epoch"], meta["history"], path, meta.get("fork")
+
+
+def start_fork(variables: list, cfg: Config, out: Path, workers: int, say
+               ) -> tuple[int, list[dict], dict]:
+    """On rank 0: start this run from ``train.fork_from`` (:func:`fork`) and record the fork in
+    ``out/config.json``; (epochs done, the parent's history, the fork record)."""
+    done, history, record = fork(resolve_path(cfg.train.fork_from), variables, cfg, workers)
+    changes = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in record["changed"].items())
+    say(f"forked from {record['from']} after epoch {done} (changed: {changes or 'nothing'})")
+    write_json(out / "config.json", {"config": to_dict(cfg), "fork": record,
+                                     "provenance": provenance()})
+    return done, history, record

@@ -39,6 +39,10 @@ Outputs in ``resolve_path(cfg.train.output)`` (rank 0 writes; every file atomica
   50-400 GeV), computed after the evaluation while the other ranks wait;
 * ``tb/`` TensorBoard scalars of the same numbers (event files are append-only streams);
 * ``checkpoints/epoch-NNNN.npz`` after every epoch (:mod:`gan3d.gan.checkpoints`);
+  ``--resume`` continues from the newest under the same settings; ``train.fork_from`` (``gan3d
+  train --fork-from CHECKPOINT``) starts a new run from another run's checkpoint - weights,
+  optimiser states, BatchNorm statistics, history - under other workers, lr rule, precision, seed
+  or data, recorded under ``fork`` in ``config.json`` and in every checkpoint it writes;
 * ``generator.keras``, ``discriminator.keras`` at the end; ``config.json`` (config + provenance).
 """
 
@@ -56,7 +60,7 @@ from .. import console
 from ..config import Config, lr_factor, to_dict
 from ..data import files, sharding
 from ..data.generate import generate_dataset
-from ..exceptions import CheckpointError, Gan3dError, NonFiniteLoss
+from ..exceptions import Gan3dError, NonFiniteLoss
 from ..io import ensure_dir, provenance, remove_temporaries, write_json
 from ..parallel import distributed
 from ..paths import resolve_path
@@ -93,6 +97,7 @@ class TrainResult:
     resumed_from: int | None
     epoch_times: list[dict]
     final: dict
+    forked_from: str | None = None  # the checkpoint this run was forked from (train.fork_from)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -166,23 +171,6 @@ def _prepare_output(cfg: Config, out: Path, resume: bool) -> None:
             old.unlink(missing_ok=True)
 
 
-def _resume_state(step, cfg: Config, out: Path, workers: int
-                  ) -> tuple[int, list[dict], Path | None]:
-    """On rank 0: restore the newest checkpoint that loads; (epochs done, history, path)."""
-    found = checkpoints.load_latest(out / "checkpoints", warn=log.warning)
-    if found is None:
-        _say(f"no usable checkpoint in {out / 'checkpoints'}: starting from scratch")
-        return 0, [], None
-    path, meta, arrays = found
-    checkpoints.check_compatible(meta, cfg, path, workers)
-    checkpoints.restore_variables(step.state_variables(), meta, arrays, path)
-    if meta["epoch"] > cfg.train.epochs:
-        raise CheckpointError(f"{path} has {meta['epoch']} epochs, more than train.epochs = "
-                              f"{cfg.train.epochs}; raise train.epochs to continue")
-    _say(f"resuming after epoch {meta['epoch']} from {path}")
-    return meta["epoch"], meta["history"], path
-
-
 def _say(text: str) -> None:
     log.info("%s", text)  # rank 0 only: the others log warnings alone (gan3d.console)
 
@@ -211,12 +199,16 @@ def train(cfg: Config, *, resume: bool = False) -> TrainResult:
         _say(f"running on {world.size} worker(s); train.workers = {cfg.train.workers} only tells "
              "launchers how many to start")
     step = be.build_step(cfg)
-    start, history, resumed = 0, [], None
+    start, history, resumed, forked = 0, [], None, None
     if resume:
-        start, history, resumed = collective(  # DISTRIBUTED: rank 0 reads, all restore
-            world, lambda: _resume_state(step, cfg, out, world.size))
+        start, history, resumed, forked = collective(  # DISTRIBUTED: rank 0 reads, all restore
+            world, lambda: checkpoints.resume(step.state_variables(), cfg, out, world.size, _say))
+    if resumed is None and cfg.train.fork_from:
+        start, history, forked = collective(  # DISTRIBUTED: rank 0 reads, all restore
+            world, lambda: checkpoints.start_fork(step.state_variables(), cfg, out, world.size,
+                                                  _say))
     step.broadcast_state()  # DISTRIBUTED: models and optimiser state of rank 0 everywhere
-    loop = _Loop(cfg, world, step, out, train_files, test_files, history, start)
+    loop = _Loop(cfg, world, step, out, train_files, test_files, history, start, forked)
     try:
         epoch_times = [loop.run_epoch(epoch) for epoch in range(start, cfg.train.epochs)]
     finally:
@@ -228,14 +220,18 @@ def train(cfg: Config, *, resume: bool = False) -> TrainResult:
         config=str(out / "config.json"), tensorboard=str(out / "tb"), workers=world.size,
         epochs=cfg.train.epochs, resumed_from=start if resumed else None,
         epoch_times=epoch_times, final=dict(loop.history[-1]) if loop.history else {},
+        forked_from=forked["from"] if forked else None,
     )
 
 
 class _Loop:
     """State of one training run on one rank; :meth:`run_epoch` is one epoch."""
 
-    def __init__(self, cfg, world, step, out, train_files, test_files, history, start):
+    def __init__(self, cfg, world, step, out, train_files, test_files, history, start,
+                 fork=None):
         self.cfg, self.world, self.step, self.out = cfg, world, step, out
+        # A fork's learning-rate warm-up starts at the fork, not at its parent's first epoch.
+        self.fork, self.origin = fork, (fork["epoch"] if fork else 0)
         t = cfg.train
         self.data = sharding.ShardedShowers(train_files, world.rank, world.size, t.batch_size,
                                             seed=t.seed, max_batches=t.steps_per_epoch or None,
@@ -280,7 +276,7 @@ class _Loop:
         t_prev = time.perf_counter()
         for i, batch in enumerate(self.data.epoch(epoch)):
             t_batch = time.perf_counter()  # the input pipeline's share ends here
-            lr = learning_rate(self.cfg, self.world.size, epoch + i / self.steps)
+            lr = learning_rate(self.cfg, self.world.size, epoch - self.origin + i / self.steps)
             self.step.set_learning_rate(lr)
             losses = np.asarray(self.step.train_step(batch, local=self.sync.active),
                                 dtype=np.float64)
@@ -364,7 +360,7 @@ class _Loop:
         durable before the next: the history never shows an epoch that no checkpoint holds."""
         checkpoints.save_checkpoint(self.out / "checkpoints", epoch + 1,
                                     self.step.state_variables(), self.cfg, self.history,
-                                    self.world.size)
+                                    self.world.size, fork=self.fork)
         write_history(self.out / "history.jsonl", self.history)
         self.tb.write(row)
 
