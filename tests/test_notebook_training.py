@@ -98,6 +98,12 @@ def test_notebook_02_trains_one_and_two_workers(run_notebook, tmp_path):
     shown = json.dumps([o for c in nbformat.read(out, as_version=4).cells
                         for o in c.get("outputs", []) if o.get("output_type") == "display_data"])
     assert (f"**stale**: {len(study['stale'])} run(s)" in shown) == bool(study["stale"])
+    # It ends with its claims, decided from the committed studies (the ledger's rule).
+    from gan3d import claims
+
+    for cid in ("n-workers-like-one", "bfloat16-like-float32", "local-sgd"):
+        verdict = claims.ledger(ids=(cid,))["claims"][0]["verdict"]
+        assert f"**{cid}**" in shown and f"**{verdict}** |" in shown
     verdicts = {(v["candidate"], v["monitor"]): v for v in study["verdicts"]}
     eq = verdicts[("2w-linear", "profile_distance")]
     assert eq["n"] == [3, 3] and eq["verdict"] == _tost(eq)

@@ -50,7 +50,7 @@ def test_notebook_runs_and_writes_figures(run_notebook, tmp_path):
         {"source": "synthetic generator", "precision": "float32", "batch_size": 64,
          "showers_per_s": 900.0}], "published": []}))
     figures, results = tmp_path / "figures", tmp_path / "results"
-    run_notebook("04_physics_validation.ipynb", checkpoints=[str(ckpt), str(ckpt)],
+    out = run_notebook("04_physics_validation.ipynb", checkpoints=[str(ckpt), str(ckpt)],
                  labels=["1 worker", "2 workers"], n_showers=24, energy_bins=[100.0],
                  low_level=False, check_showers=320, sensitivity_sizes=[40, 80],
                  sensitivity_trials=3, figures_dir=str(figures),
@@ -58,6 +58,19 @@ def test_notebook_runs_and_writes_figures(run_notebook, tmp_path):
     assert {p.name for p in figures.glob("*.png")} == FIGURES
     assert {p.name for p in (figures / "data").iterdir()} == {n[:-4] + ".json" for n in FIGURES}
     sens = json.loads((results / "sensitivity.json").read_text())
+    # It ends with its claims, read from its own results: sizes up to 80 cannot show a flaw
+    # "by 1,000 showers" unless it is already visible.
+    import nbformat
+
+    from gan3d import claims
+
+    last = "".join(o.get("data", {}).get("text/markdown", "")
+                   for o in nbformat.read(out, as_version=4).cells[-1].outputs)
+    assert all(f"**{c.id}**" in last for c in claims.CLAIMS if c.notebook == "validation")
+    row = next(x for x in last.splitlines() if "**validator-sensitivity**" in x)
+    visible = [sens["visible_from"][d] for d in ("sampling fraction +2 %", "5 % wider",
+                                                 "0.3 layer deeper")]
+    assert ("**reproduced**" in row) == all(visible)
     assert sens["sizes"] == [40, 80] and sens["trials"] == 3 and sens["provenance"]["gan3d"]
     metrics = json.loads((results / "metrics.json").read_text())
     assert metrics["bins"] == ["inclusive", "100"]

@@ -1,0 +1,388 @@
+"""The decisions: one function per claim, from an :class:`~.outcome.Evidence` to an
+:class:`~.outcome.Outcome`, each with its tolerance written into its code."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from .outcome import Evidence, MissingEvidence, Outcome
+
+__all__ = ["seeds_to_decide", "decide_equivalence", "train_efficiency", "overall_speedup", "serial_gap", "compute_bound", "nvlink", "power", "other_methods", "earlier_work", "distributed_eval", "model_error", "n_like_one", "bf16", "local_sgd", "reference_targets", "inference", "validator"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Small helpers of the decisions
+
+
+def _pct(x: float, digits: int = 1) -> str:
+    return f"{100 * x:.{digits}f} %"
+
+
+def _signed(x: float) -> str:
+    return f"{100 * x:+.1f} %"
+
+
+def _within(value: float, target: float, tol: float) -> bool:
+    return abs(value - target) <= tol
+
+
+def _scaling(ev: Evidence) -> dict:
+    return ev.json("results/scaling/scaling_summary.json")
+
+
+def _point(summary: dict, workers: int) -> dict | None:
+    return next((p for p in summary.get("measured_training", []) if p["workers"] == workers), None)
+
+
+def _convergence_rows(ev: Evidence, candidate: str, reference: str) -> list[dict]:
+    from ..convergence import analysis
+
+    study = ev.json("studies/convergence.json")
+    cmp = analysis.compare(study, candidate, reference)
+    return [{"monitor": k, **v} for k, v in cmp.items()]
+
+
+def seeds_to_decide(row: dict) -> float | None:
+    """Seeds per configuration at which the 90 % interval of ``row`` (a TOST row with ``diff``,
+    ``margin``, ``sd`` and ``ref_sd``) would decide, if the difference and the spread stayed as
+    measured: inside +-margin (equivalent) when |diff| < margin, outside it (different)
+    otherwise; n = 2 (1.645 s / | margin - |diff| |)^2 with the pooled standard deviation s."""
+    try:
+        d, m = abs(float(row["diff"])), float(row["margin"])
+        s = math.sqrt((float(row["sd"]) ** 2 + float(row["ref_sd"]) ** 2) / 2)
+    except (KeyError, TypeError, ValueError):
+        return None
+    gap = abs(m - d)
+    if not (math.isfinite(s) and math.isfinite(gap)) or gap == 0:
+        return None
+    return float(max(2, math.ceil(2 * (1.645 * s / gap) ** 2)))
+
+
+def decide_equivalence(rows: list[dict], kind: str, label: str) -> Outcome:
+    """The rule of every "A trains like B" claim, over the study's 8 quantities: reproduced
+    when >= 6 are equivalent and none different; not reproduced when >= 2 are different;
+    otherwise inconclusive, with the seeds each undecided quantity would need."""
+    verdicts = [r["verdict"] for r in rows]
+    eq, diff = verdicts.count("equivalent"), verdicts.count("different")
+    undecided = [r for r in rows if r["verdict"] not in ("equivalent", "different")]
+    seeds = max((n for r in rows for n in r.get("n", [])), default=0)
+    value = f"{eq} equivalent, {diff} different, {len(undecided)} inconclusive of {len(rows)}"
+    different = [r["monitor"] for r in rows if r["verdict"] == "different"]
+    excluded = [r["monitor"] for r in undecided if r.get("low", 0) > 0 or r.get("high", 0) < 0]
+    detail = f"{label}: {value} at {seeds} seeds per configuration"
+    if different:
+        detail += "; different: " + ", ".join(different)
+    if excluded:
+        detail += ("; the 90 % interval excludes zero, yet reaches inside the margin, for "
+                   + ", ".join(excluded))
+    if eq >= 6 and diff == 0:
+        verdict = "reproduced"
+    elif diff >= 2:
+        verdict = "not reproduced"
+    else:
+        verdict = "inconclusive"
+    need = ""
+    if verdict == "inconclusive":
+        parts = []
+        for r in undecided:
+            n = seeds_to_decide(r)
+            towards = "equivalent" if abs(r.get("diff", 0)) < r.get("margin", 0) else "different"
+            parts.append(f"{r['monitor']} ~{int(n)} ({towards})" if n else
+                         f"{r['monitor']} (no estimate)")
+        need = ("seeds per configuration to decide each undecided quantity, if its difference "
+                "and spread stay as measured: " + ", ".join(parts))
+    return Outcome(verdict, kind, value, detail, need, study=value,
+                   numbers={"equivalent": eq, "different": diff, "undecided": len(undecided),
+                            "seeds": seeds, "rows": [
+                                {**{k: r.get(k) for k in ("monitor", "verdict", "diff", "low",
+                                                          "high", "margin")},
+                                 "seeds_to_decide": seeds_to_decide(r)} for r in rows]})
+
+
+# ---------------------------------------------------------------------------------------------
+# The decisions, one per claim
+
+
+def train_efficiency(ev: Evidence) -> Outcome:
+    """The paper's 12-GPU claim, decided by the model on the paper's hardware; the efficiency
+    measured here at 2 workers (small batches on shared cores) is reported, and judged by the
+    ``scaling-model-error`` claim instead."""
+    s = _scaling(ev)
+    model = s["paper_model"]["model_efficiency_12"]
+    two = _point(s, 2)
+    here = two["efficiency"] if two else None
+    where = (f"batch {two['batch_per_worker']} per worker" if two and "batch_per_worker" in two
+             else "")
+    value = (f"modelled at 12 P100: {_pct(model)}; measured here at 2 workers"
+             f"{' (' + where + ')' if where else ''}: "
+             f"{_pct(here) if here is not None else 'not run'}")
+    # The model has no stragglers: it says what the ring and the compute allow. The paper's
+    # 98.9 % is reachable when the model allows at least 97.9 % (1 point of tolerance).
+    verdict = "reproduced" if model >= 0.979 else "not reproduced"
+    return Outcome(verdict, "modelled", value,
+                   f"the model on the paper's hardware (no stragglers) allows {_pct(model)} at 12 "
+                   "P100 and batch 512 (needs >= 97.9 %: 98.9 % less 1 point); the 2-worker "
+                   "efficiency measured here is this machine's, at the quick profile's batch",
+                   numbers={"model_12": model, "measured_2": here})
+
+
+def overall_speedup(ev: Evidence) -> Outcome:
+    s = _scaling(ev)
+    pm_ = s["paper_model"]
+    model, published = pm_["model_speedup"], pm_["published_speedup"]
+    rel = model / published - 1
+    verdict = "reproduced" if abs(rel) <= 0.10 else "not reproduced"
+    return Outcome(verdict, "modelled",
+                   f"{model:.2f}x modelled at 12 P100 with the serial evaluation "
+                   f"({_signed(rel)} from the paper's {published:.2f}x)",
+                   "tolerance +-10 % of the published 9.07x; the model's evaluation cost is the "
+                   "FLOPs of the test-loss passes", numbers={"model": model,
+                                                            "published": published})
+
+
+def serial_gap(ev: Evidence) -> Outcome:
+    s = _scaling(ev)
+    o = s.get("overall_measured")
+    if not o:
+        raise MissingEvidence("scaling_summary.json has no overall_measured (2-worker epochs)")
+    amdahl, measured = o["amdahl_speedup"], o["measured_speedup_serial"]
+    rel = measured / amdahl - 1
+    gap_s, gap_d = o["efficiency_gap_serial_points"], o["efficiency_gap_distributed_points"]
+    value = (f"2 workers, serial evaluation: speed-up {measured:.3f}x against Amdahl's "
+             f"{amdahl:.3f}x from the measured serial fraction {_pct(o['serial_fraction_measured'])}"
+             f"; efficiency lost: {gap_s:.1f} points serial, {gap_d:.1f} distributed")
+    explained = abs(rel) <= 0.05
+    gap = gap_s - gap_d
+    if explained and gap > 0:
+        verdict = "reproduced"
+    elif not explained:
+        verdict = "not reproduced"
+    else:
+        verdict = "inconclusive"
+    return Outcome(verdict, "measured", value,
+                   f"Amdahl's law from the measured serial fraction must predict the serial "
+                   f"speed-up within 5 % ({_signed(rel)}) and the serial evaluation must cost more "
+                   f"efficiency than the distributed one ({gap:+.1f} points)",
+                   "" if verdict != "inconclusive" else
+                   "a larger serial share (more test showers per epoch) or more repeats",
+                   numbers={"amdahl": amdahl, "measured": measured, "gap_serial": gap_s,
+                            "gap_distributed": gap_d})
+
+
+def compute_bound(ev: Evidence) -> Outcome:
+    s = _scaling(ev)
+    comm = s["timeline_measured"]["comm_fraction"]
+    wait = s["timeline_measured"]["wait_fraction"]
+    verdict = "reproduced" if comm < 0.10 else "not reproduced"
+    return Outcome(verdict, "measured",
+                   f"all-reduce share of the 2-worker step here: {_pct(comm)} (waiting "
+                   f"{_pct(wait)})", "compute-bound means the all-reduce takes < 10 % of the "
+                   "step (the timeline of notebook 03)",
+                   numbers={"comm_fraction": comm, "wait_fraction": wait})
+
+
+def nvlink(ev: Evidence) -> Outcome:
+    from ..scaling import perfmodel as pm
+
+    wl = pm.threedgan_workload()
+    hw = pm.paper_hardware(wl)
+    p, b = pm.PAPER["workers"], pm.PAPER["batch"]
+    st = pm.step_time(p, b, wl, hw)
+    moved = 2 * (p - 1) / p * sum(wl.allreduce_bytes)  # bytes each GPU sends per step (ring)
+    need = moved / st.total
+    nvlink = pm.PAPER["nvlink_link_Bps"] * pm.PAPER["nvlink_links_gpu_gpu"]
+    use = need / nvlink
+    verdict = "reproduced" if use < 0.5 else "not reproduced"
+    return Outcome(verdict, "modelled",
+                   f"the ring moves {moved / 1e6:.1f} MB per GPU in a step of {st.total:.2f} s "
+                   f"(batch {b}): {need / 1e6:.1f} MB/s on average, {use:.2g} of the 2 NVLink "
+                   f"links' {nvlink / 1e9:.0f} GB/s", "not saturated means < 50 % of the links' "
+                   "bandwidth averaged over the step (modelled: there is no NVLink here to "
+                   "profile; nvprof's per-transfer rate is not modelled)",
+                   numbers={"bytes_per_step": moved, "step_s": st.total, "demand_Bps": need,
+                            "nvlink_Bps": nvlink})
+
+
+def power(ev: Evidence) -> Outcome:
+    from ..scaling import energy
+
+    e = ev.json("results/scaling/energy.json")
+    here = e.get("here") or {}
+    measured = here.get("kind") == "measured"
+    jps = here.get("joule_per_shower")
+    how = (energy.describe(here) if measured or {"cpu", "watts_per_core"} <= set(here)
+           else here.get("label", "estimated"))
+    value = f"{jps:.2f} J per trained shower here, {how}" if jps else "no energy number"
+    paper = e.get("paper", {}).get("runs", {})
+    serial = paper.get("12 GPUs, serial evaluation (paper)", {})
+    dist = paper.get("12 GPUs, distributed evaluation", {})
+    if serial and dist:
+        value += (f"; the paper's 12-GPU run, estimated from TDPs: {serial['kwh']:.1f} kWh with "
+                  f"its serial evaluation, {dist['kwh']:.1f} kWh with a distributed one")
+    numbers = {"joule_per_shower": jps, "kind": here.get("kind")}
+    if not measured:
+        return Outcome("not testable here", "estimated", value,
+                       "the paper asks the question and gives no number; an answer needs energy "
+                       "measured by counters around the timed training",
+                       "no energy counter could be read on this machine ("
+                       + (here.get("reason") or "no RAPL under /sys/class/powercap, no NVML")
+                       + "): every number is an estimate from vendor TDPs", numbers=numbers)
+    return Outcome("reproduced", "measured", value, "answered: energy per trained shower "
+                   "measured by counters around the timed steps", numbers=numbers)
+
+
+def other_methods(ev: Evidence) -> Outcome:
+    s = _scaling(ev)
+    comm = s["timeline_measured"]["comm_fraction"]
+    a = ev.json("studies/algorithms.json")
+    rows = [r for r in a.get("rows", []) if isinstance(r.get("time_s"), dict)]
+    # At the measured size nearest the 3DGAN's largest all-reduce (the generator's gradient),
+    # per network and layout: the best algorithm against the ring.
+    from ..scaling import perfmodel as pm
+
+    target = max(pm.threedgan_workload().allreduce_bytes)
+    sizes = sorted({int(k) for r in rows for k in r["time_s"]})
+    size = str(min(sizes, key=lambda n: abs(math.log(n / target)))) if sizes else None
+    gains = []
+    for key in {(r["profile"], r["ranks"], r.get("hosts"), r.get("per_host")) for r in rows}:
+        group = [r for r in rows if (r["profile"], r["ranks"], r.get("hosts"),
+                                     r.get("per_host")) == key and size in r["time_s"]]
+        ring = [r["time_s"][size] for r in group if r["algorithm"] == "ring"]
+        if ring:
+            best = min(group, key=lambda r: r["time_s"][size])
+            gains.append((1 - best["time_s"][size] / ring[0], key[0], key[1], best["algorithm"]))
+    best_gain = max(gains, default=(0.0, None, None, None))
+    bound = comm * best_gain[0]
+    where = (f" ({best_gain[3]}, {best_gain[1]}, {best_gain[2]} ranks, {int(size) / 2**20:g} MiB)"
+             if best_gain[1] else "")
+    value = (f"best Open MPI algorithm against the ring on the emulated networks: "
+             f"{_pct(best_gain[0])} less all-reduce time at best{where}; with the all-reduce at "
+             f"{_pct(comm)} of the 2-worker step here, at most {_pct(bound, 2)} of the step")
+    verdict = "not reproduced" if bound < 0.02 else "reproduced"
+    return Outcome(verdict, "study", value,
+                   "\"other methods could improve the training time\" holds if another "
+                   "all-reduce would save >= 2 % of the step; IBM DDL itself cannot run here",
+                   study=value, numbers={"best_gain": best_gain[0], "comm_fraction": comm,
+                                         "bound": bound})
+
+
+def earlier_work(ev: Evidence) -> Outcome:
+    from ..scaling import perfmodel as pm
+
+    wl = pm.threedgan_workload()
+    hw = pm.paper_hardware(wl)
+    three = 3 * pm.epoch_time(16, pm.PAPER["batch"], wl, hw, "serial")["total"]
+    ratio = 2 * 3600 / three
+    verdict = "reproduced" if ratio >= 2 else "not reproduced"
+    return Outcome(verdict, "modelled",
+                   f"3 epochs on 16 P100 (this stack, modelled): {three / 60:.1f} min, "
+                   f"{ratio:.1f}x faster than the earlier 2 h",
+                   "\"a significant improvement\" read as >= 2x faster than 2 h for 3 epochs",
+                   numbers={"model_s": three, "ratio": ratio})
+
+
+def distributed_eval(ev: Evidence) -> Outcome:
+    s = _scaling(ev)
+    o = s.get("overall_measured")
+    if not o:
+        raise MissingEvidence("scaling_summary.json has no overall_measured (2-worker epochs)")
+    pm_ = s["paper_model"]
+    gap = o["efficiency_gap_distributed_points"]
+    model_d = pm_.get("model_speedup_distributed")
+    value = (f"2 workers here: the distributed evaluation loses {gap:.1f} points of efficiency "
+             f"against training alone (serial: {o['efficiency_gap_serial_points']:.1f})")
+    if model_d:
+        value += f"; modelled at 12 P100: {model_d:.2f}x instead of {pm_['model_speedup']:.2f}x"
+    verdict = "reproduced" if abs(gap) <= 3.0 else "not reproduced"
+    return Outcome(verdict, "measured", value, "removes the gap: within 3 points of the training-"
+                   "only efficiency (measured, 2 workers)",
+                   numbers={"gap_distributed": gap, "model_speedup_distributed": model_d})
+
+
+def model_error(ev: Evidence) -> Outcome:
+    s = _scaling(ev)
+    m = s["model_here"]
+    rel = m["rel_error_2"]
+    if rel is None:
+        raise MissingEvidence("scaling_summary.json has no 2-worker model check")
+    verdict = "reproduced" if abs(rel) <= 0.05 else "not reproduced"
+    return Outcome(verdict, "measured",
+                   f"2-worker step: model {m['predicted_step_2_s']:.3f} s, measured "
+                   f"{m['measured_step_2_s']:.3f} s ({_signed(rel)})",
+                   "the model calibrated on this machine must predict the 2-worker step within "
+                   "+-5 %", numbers={"rel_error": rel})
+
+
+def n_like_one(ev: Evidence) -> Outcome:
+    rows = _convergence_rows(ev, "2w-linear", "1w")
+    return decide_equivalence(rows, "study", "2 workers (lr x 2) against 1 worker")
+
+
+def bf16(ev: Evidence) -> Outcome:
+    p = ev.json("studies/precision.json")
+    tost = p["comparison"]["tost"]
+    rows = [{"monitor": k, **v} for k, v in tost.items()]
+    return decide_equivalence(rows, "study", "bfloat16 against float32 (1 worker)")
+
+
+def local_sgd(ev: Evidence) -> Outcome:
+    c = ev.json("studies/convergence.json")
+    table = {r["k"]: r for r in c.get("communication_table", [])}
+    rows = _convergence_rows(ev, "2w-linear-k16", "2w-linear")
+    phys = decide_equivalence(rows, "study", "local SGD k = 16 against k = 1 (2 workers)")
+    saved = table.get(16, {}).get("measured saved")
+    comm = f"; communication saved at k = 16: {_pct(saved)} of the step (measured)" if saved else ""
+    return dataclasses.replace(phys, value=phys.value + comm, study=phys.value + comm,
+                               detail=phys.detail + ("; the saving is measured, the equal physics "
+                                                     "is what decides"))
+
+
+def reference_targets(ev: Evidence) -> Outcome:
+    ref = ev.json("src/gan3d/gan/reference/reference.json")
+    fm = ref["final_monitors"]
+    met, of = fm["targets_met"], fm.get("targets", 20)
+    verdict = "reproduced" if met >= 18 else "not reproduced"
+    return Outcome(verdict, "study",
+                   f"{met} of {of} targets met after {ref['showers_seen']:,} showers "
+                   "(1 worker, physics monitors at 64 showers per energy)",
+                   "the shipped generator must meet >= 18 of its 20 targets",
+                   study=f"{met} of {of}", numbers={"met": met, "of": of,
+                                                   "showers_seen": ref["showers_seen"]})
+
+
+def inference(ev: Evidence) -> Outcome:
+    h = ev.json("results/validation/headline.json")
+    rows = h.get("speed") or []
+    gan = [r for r in rows if str(r.get("source", "")).startswith("GAN")]
+    best = max(gan, key=lambda r: r["showers_per_s"]) if gan else None
+    batch = best and best.get("batch_size", best.get("batch"))
+    value = (f"GAN inference here: {best['showers_per_s']:,.0f} showers/s ({best['precision']}, "
+             f"batch {batch})" if best else "no inference measured")
+    return Outcome("not testable here", "estimated", value,
+                   "Geant4's speed here could only be estimated from the published ratio, which "
+                   "would make the comparison circular",
+                   "Geant4 cannot run here (its data sets cannot be fetched); the GAN side is "
+                   "measured, the Geant4 side would be the published ratio",
+                   numbers={"gan_showers_per_s": best and best["showers_per_s"]})
+
+
+def validator(ev: Evidence) -> Outcome:
+    s = ev.json("results/validation/sensitivity.json")
+    wanted = ("sampling fraction +2 %", "5 % wider", "0.3 layer deeper")
+    sizes = s["sizes"]
+    visible = {d: s["visible_from"].get(d) for d in wanted}
+    value = ", ".join(f"{d}: {f'n = {n}' if n else f'not by n = {sizes[-1]}'}"
+                      for d, n in visible.items()) + f" ({s['trials']} trials per size)"
+    stated = 1000
+    if all(n is not None and n <= stated for n in visible.values()):
+        verdict = "reproduced"
+    elif max(sizes) < stated:
+        return Outcome("inconclusive", "measured", value, "", f"sample sizes up to {stated}",
+                       numbers={"visible_from": visible})
+    else:
+        verdict = "not reproduced"
+    return Outcome(verdict, "measured", value,
+                   f"each flaw must be visible (power >= 0.5 at the 95 % null threshold) by "
+                   f"n = {stated} showers, the validation's sample size",
+                   numbers={"visible_from": visible})

@@ -1,0 +1,407 @@
+"""Every measured number the README and ``docs/`` quote, as data, and the check that it is current.
+
+A page marks each measured number it quotes, and the text between the marks is rendered from a
+committed JSON file, never typed::
+
+    2 ranks train <!--q:train.amx.float32.2x1-->7.0 showers/s (median of 3 repeats; range
+    6.95-7.26)<!--/q--> in float32
+
+:data:`QUOTES` holds, for each id, the file the number comes from (``studies/*.json``,
+``figures/data/*.json``), how it is computed from it, the statistic's name (``{n}`` is the number
+of repeats), the unit and the significant digits; the machine and the date are read from the
+file's provenance (:func:`machine`). :func:`render_quote` gives the text a marker must hold: the
+value, what statistic it is and its spread over the repeats. :func:`check` lists every marker of
+a page whose text differs (a number edited by hand, or a JSON file that changed), :func:`render`
+rewrites the marked texts in place, atomically. :func:`unmarked` finds numbers that look measured
+(a %, a ratio like 1.5x, showers/s, a time) outside the markers, code and :data:`NOT_MEASURED`,
+the short list of the paper's numbers and of settings, each with its reason::
+
+    python -m gan3d.quotes README.md docs/*.md            # check; exit 1 if anything is stale
+    python -m gan3d.quotes --write README.md docs/*.md    # rewrite the marked texts
+    python -m gan3d.quotes --list                         # every quote: value, file, machine
+
+Medians of three repeats are quoted with two significant digits (a third digit would be noise);
+the spread gives the repeats themselves one digit more.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import re
+import statistics
+import sys
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from .exceptions import StudyFileError
+from .io import atomic_path, read_json
+from .paths import repo_root
+
+__all__ = ["Quote", "QUOTES", "NOT_MEASURED", "Stale", "Suspect", "render_quote", "value_text",
+           "machine", "check", "render", "unmarked", "main"]
+
+Data = dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class Quote:
+    """One measured number as quoted: where it comes from and how it is written."""
+
+    id: str
+    source: str                      # the JSON file, relative to the repository root
+    value: Callable[[Data], float]   # the quoted number, computed from the loaded file
+    statistic: str                   # what the value is; "{n}" is the number of samples
+    unit: str                        # " %", "x", " showers/s"
+    samples: Callable[[Data], Sequence[float]] | None = None  # the repeats: the spread
+    spread: str = "range"            # the name of the spread of the samples
+    digits: int = 2                  # significant digits of the value
+    scale: float = 1.0               # 100 for a percentage
+
+
+# -- how the numbers are taken from the benchmarks' files ------------------------------------
+
+def _batch(d: Data, precision: str, batch: int = 32) -> Data:
+    """bench_training.py --batches: the row of one precision and per-rank batch."""
+    return next(r for r in d["precisions"][precision] if r["batch_per_rank"] == batch)
+
+
+def _rates(row: Data, ranks: int, threads: int = 1) -> list[float]:
+    """showers/s of each repeat of one configuration (ranks x threads) of a batch row."""
+    run = next(r for r in row["runs"] if r["ranks"] == ranks and r["threads"] == threads)
+    return [rep["showers_per_s"] for rep in run["repeats"]]
+
+
+def _throughput(qid: str, source: str, precision: str) -> Quote:
+    """2 ranks x 1 thread at per-rank batch 32: the median over the interleaved repeats."""
+    return Quote(qid, source, lambda d: statistics.median(_rates(_batch(d, precision), 2)),
+                 "median of {n} repeats", " showers/s",
+                 samples=lambda d: _rates(_batch(d, precision), 2))
+
+
+def _efficiency(qid: str, source: str, precision: str) -> Quote:
+    """2-rank scaling efficiency: 2 ranks' showers/s over twice 1 rank x 1 thread's."""
+    def value(d: Data) -> float:
+        row = _batch(d, precision)
+        return statistics.median(_rates(row, 2)) / (2 * statistics.median(_rates(row, 1)))
+    return Quote(qid, source, value, "ratio of median throughputs, {n} repeats", " %",
+                 samples=lambda d: _batch(d, precision)["scaling_efficiency_per_repeat"],
+                 spread="per repeat", scale=100.0)
+
+
+def _precision_ratio(d: Data) -> float:
+    return (statistics.median(_rates(_batch(d, "bfloat16"), 2))
+            / statistics.median(_rates(_batch(d, "float32"), 2)))
+
+
+def _precision_ratios(d: Data) -> list[float]:  # the precisions are interleaved in each repeat
+    return [b / f for b, f in zip(_rates(_batch(d, "bfloat16"), 2), _rates(_batch(d, "float32"), 2))]
+
+
+def _speedup(qid: str, source: str, precision: str, config: str) -> Quote:
+    """bench_training.py --against: this code's showers/s over the reference code's."""
+    def row(d: Data) -> Data:
+        return next(r for r in d["rows"] if r["precision"] == precision and r["config"] == config)
+
+    def value(d: Data) -> float:
+        rates = row(d)["showers_per_s"]
+        return rates["this"] / rates["reference"]
+    return Quote(qid, source, value, "ratio of median throughputs, {n} repeats", "x",
+                 samples=lambda d: row(d)["speedup_per_repeat"], spread="per repeat")
+
+
+def _inference(qid: str, source: str, precision: str, batch: int) -> Quote:
+    """bench_inference.py: the folded generator (gan3d simulate), showers/s over the runs."""
+    def runs(d: Data) -> list[float]:
+        return next(r for r in d["rows"] if r["source"] == "GAN, folded"
+                    and r["precision"] == precision and r["batch_size"] == batch)["runs"]
+    return Quote(qid, source, lambda d: statistics.median(runs(d)), "median of {n} runs",
+                 " showers/s", samples=runs)
+
+
+_AMX, _EPYC = "studies/training_batches_amx.json", "studies/training_batches.json"
+_PREC = "studies/precision.json"
+
+
+def _tost(d: Data, name: str) -> Data:
+    """bench_precision.py: bfloat16 against float32, the equivalence test of one quantity."""
+    return d["comparison"]["tost"][name]
+_AGAINST, _FAST = "studies/training_against_amx.json", "studies/training_cpu_layers_amx.json"
+
+QUOTES: dict[str, Quote] = {q.id: q for q in (
+    _throughput("train.amx.float32.2x1", _AMX, "float32"),
+    _throughput("train.amx.bfloat16.2x1", _AMX, "bfloat16"),
+    Quote("train.amx.bfloat16_over_float32", _AMX, _precision_ratio,
+          "ratio of median throughputs, {n} repeats", "x", samples=_precision_ratios,
+          spread="per repeat"),
+    _efficiency("train.amx.float32.efficiency", _AMX, "float32"),
+    _efficiency("train.amx.bfloat16.efficiency", _AMX, "bfloat16"),
+    _throughput("train.epyc.float32.2x1", _EPYC, "float32"),
+    _efficiency("train.epyc.float32.efficiency", _EPYC, "float32"),
+    _speedup("cpu_layers.bfloat16.1x2", _AGAINST, "bfloat16", "1x2"),
+    _speedup("cpu_layers.bfloat16.2x1", _AGAINST, "bfloat16", "2x1"),
+    _speedup("cpu_layers.float32.1x2", _AGAINST, "float32", "1x2"),
+    _speedup("cpu_layers.float32.2x1", _AGAINST, "float32", "2x1"),
+    _speedup("cpu_layers_fast.float32.1x2", _FAST, "float32", "1x2"),
+    _speedup("cpu_layers_fast.float32.2x1", _FAST, "float32", "2x1"),
+    _inference("inference.amx.bfloat16.b64", "studies/inference_amx.json", "bfloat16", 64),
+    _inference("inference.amx.float32.b64", "studies/inference_amx.json", "float32", 64),
+    _inference("inference.epyc.float32.b64", "studies/inference.json", "float32", 64),
+    Quote("precision.profile_distance.diff", _PREC, lambda d: _tost(d, "profile_distance")["diff"],
+          "bfloat16 less float32, means of 6 seeds each", ""),
+    Quote("precision.profile_distance.low", _PREC, lambda d: _tost(d, "profile_distance")["low"],
+          "lower end of the difference's 90 % interval", "", digits=1),
+    Quote("precision.profile_distance.high", _PREC, lambda d: _tost(d, "profile_distance")["high"],
+          "upper end of the difference's 90 % interval", "", digits=2),
+    Quote("precision.targets_met.bfloat16", _PREC, lambda d: _tost(d, "mon_targets_met")["mean"],
+          "of 20, mean over 6 seeds", ""),
+    Quote("precision.targets_met.float32", _PREC,
+          lambda d: _tost(d, "mon_targets_met")["ref_mean"], "of 20, mean over 6 seeds", ""),
+    Quote("inference.flops_ratio", "studies/inference.json",
+          lambda d: d["generator_forward_flops"] / d["folded_forward_flops"],
+          "ratio of the forward FLOPs counted", "x"),
+)}
+
+# Numbers in the pages that are not measurements: the paper's, and settings. Each phrase is
+# skipped wherever it occurs (whole), so keep them specific.
+NOT_MEASURED: dict[str, str] = {
+    "98.9 %": "the paper's training-only scaling efficiency at 12 GPUs",
+    "20 h 16 min": "the paper's full training with test-loss evaluation on 1 GPU",
+    "2 h 14 min": "the paper's full training with test-loss evaluation on 12 GPUs",
+    "9.07×": "the paper's speed-up, 20 h 16 min over 2 h 14 min",
+    "25×25×25": "the calorimeter's cells (the data's shape)",
+    "after 15 minutes": "pytest-timeout's limit per test (`timeout = 900` in pyproject.toml)",
+    "10 % of a step": "the share of a step at which scaling/multinode.py calls an all-reduce costly",
+    "540 s by default": "the default of bench/device_check.py's --budget, a setting",
+    "90 % interval": "the confidence level of the studies' equivalence test (TOST at 5 %), a setting",
+    "margin of 0.05": "the profile distance's equivalence margin, fixed in convergence/analysis.py",
+    # docs/reliability.md: the bounds its fault tests assert, and the watchdog's setting
+    "< 60 s": "the bound tests/test_faults.py asserts on a killed rank or engine",
+    "within 120 s": "the bound of tests/test_faults.py's kernel interrupt",
+    "within 15 s more": "the bound of tests/test_faults.py on the engines' exit after it",
+    "within 10 s": "the bound of tests/test_faults.py on each cluster cycle's processes",
+    "each 0.2 s": "how often Cluster.run checks its engines (poll = 0.2 in parallel/cluster.py), a setting",
+    "after 900 s": "pytest-timeout's limit per test (`timeout = 900` in pyproject.toml)",
+    "| 900 s |": "the same limit, in the table's time column",
+    "under 30 s (the test's bound)": "the bound tests/test_netns.py asserts",
+    "a grace of 30 s": "the default grace of cli._bounded_interrupt after Ctrl-C, a setting",
+}
+
+
+# -- rendering -------------------------------------------------------------------------------
+
+def _decimals(x: float, digits: int) -> int:
+    """Decimals that show ``x`` with ``digits`` significant digits (negative: round tens...)."""
+    return digits - 1 - (math.floor(math.log10(abs(x))) if x else 0)
+
+
+def _number(x: float, decimals: int) -> str:
+    x = round(x, decimals)
+    return f"{x:,.{max(decimals, 0)}f}"
+
+
+def _load(quote: Quote, root: Path, cache: dict[str, Data]) -> Data:
+    if quote.source not in cache:
+        path = root / quote.source
+        if not path.is_file():
+            raise StudyFileError(f"quote {quote.id!r}: its source {quote.source} is missing "
+                                 f"under {root}; restore the file or remove the quote")
+        cache[quote.source] = read_json(path)
+    return cache[quote.source]
+
+
+def _numbers(quote: Quote, root: Path, cache: dict[str, Data]) -> tuple[float, list[float]]:
+    data = _load(quote, root, cache)
+    try:
+        value = quote.value(data)
+        samples = list(quote.samples(data)) if quote.samples else []
+    except (KeyError, IndexError, TypeError, StopIteration, ZeroDivisionError) as exc:
+        raise StudyFileError(f"quote {quote.id!r}: {quote.source} does not hold what the quote "
+                             f"reads ({type(exc).__name__}: {exc}); the file's layout changed, "
+                             f"update the quote in gan3d/quotes.py") from None
+    return value * quote.scale, [s * quote.scale for s in samples]
+
+
+def value_text(quote: Quote, root: Path | None = None,
+               cache: dict[str, Data] | None = None) -> str:
+    """The quoted number with its unit alone: ``95 %``."""
+    value, _ = _numbers(quote, Path(root or repo_root()), {} if cache is None else cache)
+    return _number(value, _decimals(value, quote.digits)) + quote.unit
+
+
+def render_quote(quote: Quote, root: Path | None = None,
+                 cache: dict[str, Data] | None = None) -> str:
+    """The text a marker of ``quote`` holds: value, statistic and spread over the repeats,
+    e.g. ``95 % (ratio of median throughputs, 3 repeats; per repeat 93.9-100.0 %)``."""
+    root, cache = Path(root or repo_root()), {} if cache is None else cache
+    value, samples = _numbers(quote, root, cache)
+    decimals = _decimals(value, quote.digits)
+    text = _number(value, decimals) + quote.unit
+    if not samples:
+        return f"{text} ({quote.statistic})"
+    lo, hi = min(samples), max(samples)
+    places = max(_decimals(lo, quote.digits + 1), 0)  # the repeats: one digit more
+    lo, hi = _number(lo, places), _number(hi, places)
+    unit = quote.unit if quote.unit.strip() in ("%", "x") else ""
+    return f"{text} ({quote.statistic.format(n=len(samples))}; {quote.spread} {lo}-{hi}{unit})"
+
+
+def machine(quote: Quote, root: Path | None = None, cache: dict[str, Data] | None = None) -> str:
+    """Where and when ``quote`` was measured, from its file's provenance."""
+    data = _load(quote, Path(root or repo_root()), {} if cache is None else cache)
+    prov = data.get("provenance") or {}
+    m = prov.get("machine") or {}
+    text = f"{m.get('cores', '?')}-core {m.get('cpu') or m.get('processor') or 'unknown CPU'}"
+    bf16 = m.get("bfloat16", data.get("cpu_has_bf16", prov.get("cpu_bf16")))
+    if bf16 is not None:
+        text += ", bfloat16 arithmetic" if bf16 else ", no bfloat16 arithmetic"
+    if prov.get("time_utc"):
+        text += f", {prov['time_utc'][:10]}"
+    return text
+
+
+def _sources(root: Path, cache: dict[str, Data]) -> str:
+    """The block ``<!--q:sources-->``: every quote with its value, file and machine."""
+    rows = ["", "", "| quote | value | statistic | file | machine, date |", "|---|---|---|---|---|"]
+    for q in QUOTES.values():
+        _, samples = _numbers(q, root, cache)
+        rows.append(f"| `{q.id}` | {value_text(q, root, cache)} | {q.statistic.format(n=len(samples))}"
+                    f" | `{q.source}` | {machine(q, root, cache)} |")
+    return "\n".join(rows) + "\n\n"
+
+
+BLOCKS: dict[str, Callable[[Path, dict[str, Data]], str]] = {"sources": _sources}
+
+
+# -- the pages -------------------------------------------------------------------------------
+
+MARKER = re.compile(r"<!--q:(?P<id>[\w.\-]+)-->(?P<text>(?:(?!<!--q:).)*?)<!--/q-->", re.S)
+_OPEN = re.compile(r"<!--q:([\w.\-]+)-->")
+
+
+@dataclasses.dataclass(frozen=True)
+class Stale:
+    """A marker whose text is not what its quote renders (``expected`` None: no such quote)."""
+
+    path: str
+    line: int
+    id: str
+    found: str
+    expected: str | None
+
+    def __str__(self) -> str:
+        if self.expected is None:
+            return f"{self.path}:{self.line}: {self.id!r} is no quote of gan3d.quotes ({self.found})"
+        return f"{self.path}:{self.line}: {self.id}: the page says {self.found!r}, the data {self.expected!r}"
+
+
+def _expected(qid: str, root: Path, cache: dict[str, Data]) -> str | None:
+    if qid in BLOCKS:
+        return BLOCKS[qid](root, cache)
+    return render_quote(QUOTES[qid], root, cache) if qid in QUOTES else None
+
+
+def _scan(text: str, name: str, root: Path, cache: dict[str, Data]) -> list[tuple[re.Match, Stale]]:
+    out, closed = [], set()
+    for m in MARKER.finditer(text):
+        closed.add(m.start())
+        want = _expected(m["id"], root, cache)
+        if want != m["text"]:
+            line = text.count("\n", 0, m.start()) + 1
+            out.append((m, Stale(name, line, m["id"], m["text"], want)))
+    for m in _OPEN.finditer(text):  # an opening mark that no closing mark follows
+        if m.start() not in closed:
+            line = text.count("\n", 0, m.start()) + 1
+            out.append((m, Stale(name, line, m[1], "no closing <!--/q-->", None)))
+    return out
+
+
+def check(path: str | Path, root: Path | None = None) -> list[Stale]:
+    """Every marker of the page at ``path`` whose text differs from what its quote renders
+    (numbers from the files under ``root``, the repository by default)."""
+    text = Path(path).read_text()
+    return [s for _, s in _scan(text, str(path), Path(root or repo_root()), {})]
+
+
+def render(path: str | Path, root: Path | None = None) -> tuple[int, list[Stale]]:
+    """Rewrite the stale marked texts of ``path`` in place (atomically, only if one changed).
+    Returns how many were rewritten and the markers it cannot fix (unknown id, not closed)."""
+    path, root, cache = Path(path), Path(root or repo_root()), {}
+    text = path.read_text()
+    found = _scan(text, str(path), root, cache)
+    fix = [(m, s) for m, s in found if s.expected is not None]
+    for m, s in sorted(fix, key=lambda ms: -ms[0].start()):  # from the end: offsets stay valid
+        text = text[:m.start("text")] + s.expected + text[m.end("text"):]
+    if fix:
+        with atomic_path(path) as tmp:
+            tmp.write_text(text)
+    return len(fix), [s for _, s in found if s.expected is None]
+
+
+# -- numbers nobody marked -------------------------------------------------------------------
+
+MEASURED = re.compile(
+    r"(?<![\w.,])\d[\d,]*(?:\.\d+)?(?:[x×](?!\w)|\s?(?:%|showers/s|[GT]FLOP/s|[GM]B/s"
+    r"|ms\b|s\b|min\b|minutes?\b|h\b|hours?\b|seconds?\b))")
+_SKIP = re.compile(r"```.*?```|`[^`\n]*`|<!--q:.*?<!--/q-->|<!--.*?-->|\]\([^)]*\)", re.S)
+
+
+@dataclasses.dataclass(frozen=True)
+class Suspect:
+    """A number in a page's prose that looks measured and is neither marked nor allowed."""
+
+    path: str
+    line: int
+    number: str
+    context: str
+
+    def __str__(self) -> str:
+        return (f"{self.path}:{self.line}: {self.number!r} looks measured but is not a quote "
+                f"(...{self.context}...); mark it <!--q:ID-->...<!--/q--> or say it without the number")
+
+
+def unmarked(path: str | Path) -> list[Suspect]:
+    """Numbers of ``path`` that look measured, outside code, markers, links and
+    :data:`NOT_MEASURED` (blanked with spaces, so that line numbers stay right)."""
+    text = Path(path).read_text()
+    blank = lambda m: re.sub(r"[^\n]", " ", m.group(0))  # noqa: E731
+    text = _SKIP.sub(blank, text)
+    for phrase in NOT_MEASURED:
+        text = text.replace(phrase, re.sub(r"[^\n]", " ", phrase))
+    return [Suspect(str(path), text.count("\n", 0, m.start()) + 1, m.group(0),
+                    " ".join(text[max(0, m.start() - 40):m.end() + 20].split()))
+            for m in MEASURED.finditer(text)]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m gan3d.quotes", description=__doc__.split("\n")[0])
+    ap.add_argument("pages", nargs="*", help="markdown files (README.md docs/*.md)")
+    ap.add_argument("--write", action="store_true", help="rewrite the stale marked texts in place")
+    ap.add_argument("--list", action="store_true", help="print every quote, its file and machine")
+    opts = ap.parse_args(argv)
+    try:
+        if opts.list:
+            cache: dict[str, Data] = {}
+            for q in QUOTES.values():
+                print(f"{q.id:34s} {render_quote(q, cache=cache)}\n{'':34s} {q.source}; "
+                      f"{machine(q, cache=cache)}")
+        bad: list[Any] = []
+        for page in opts.pages:
+            if opts.write:
+                n, left = render(page)
+                print(f"{page}: {n} marked text(s) rewritten")
+                bad += left
+            else:
+                bad += check(page)
+            bad += unmarked(page)
+    except StudyFileError as exc:
+        print(f"gan3d.quotes: {exc}", file=sys.stderr)
+        return 1
+    for problem in bad:
+        print(problem, file=sys.stderr)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

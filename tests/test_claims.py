@@ -1,0 +1,226 @@
+"""The claims ledger: every claim gets a verdict by its fixed rule, from the files it names."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+
+from gan3d import claims
+from gan3d.paths import repo_root
+
+ROOT = repo_root()
+
+
+def _root(tmp: Path) -> Path:
+    """A checkout's studies and reference generator, without any results of a run."""
+    for rel in ("studies", "src/gan3d/gan/reference"):
+        shutil.copytree(ROOT / rel, tmp / rel, ignore=shutil.ignore_patterns("*.npz", "*.h5"))
+    return tmp
+
+
+def _scaling_summary(**change) -> dict:
+    s = {"machine": {"cores": 2, "cpu": "test CPU"},
+         "measured_training": [{"workers": 1, "oversubscribed": False, "efficiency": 1.0},
+                               {"workers": 2, "oversubscribed": False, "efficiency": 0.97}],
+         "model_here": {"predicted_step_2_s": 1.0, "measured_step_2_s": 1.03,
+                        "rel_error_2": -0.029, "within_10_percent": True},
+         "timeline_measured": {"step_s": 1.0, "compute_fraction": 0.9, "wait_fraction": 0.05,
+                               "comm_fraction": 0.05},
+         "paper_model": {"model_efficiency_12": 0.992, "published_efficiency_12": 0.989,
+                         "published_speedup": 9.07, "model_speedup": 8.8,
+                         "model_speedup_distributed": 11.7},
+         "overall_measured": {"efficiency_gap_serial_points": 6.0,
+                              "efficiency_gap_distributed_points": 1.0,
+                              "serial_fraction_measured": 0.05, "amdahl_speedup": 1.9,
+                              "measured_speedup_serial": 1.88},
+         "config": {"profile": "quick"}}
+    for key, value in change.items():
+        section, _, name = key.partition("__")
+        s[section][name] = value
+    return s
+
+
+def _write(root: Path, rel: str, obj: dict) -> None:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj))
+
+
+def _by_id(data: dict) -> dict:
+    return {r["id"]: r for r in data["claims"]}
+
+
+def test_every_claim_has_a_verdict_and_a_missing_result_is_named_not_guessed(tmp_path):
+    data = claims.ledger(_root(tmp_path))
+    assert len(data["claims"]) >= 16 and len({r["id"] for r in data["claims"]}) == len(CLAIM_IDS)
+    assert all(r["verdict"] in claims.VERDICTS and r["kind"] in claims.KINDS
+               for r in data["claims"])
+    assert sum(data["counts"].values()) == len(data["claims"])
+    rows = _by_id(data)
+    # No run's results here: the claims that need them say which file, not a made-up verdict.
+    assert rows["scaling-model-error"]["verdict"] == "inconclusive"
+    assert "results/scaling/scaling_summary.json is missing" in rows["scaling-model-error"]["needs"]
+    # The committed studies decide their claims with their provenance attached.
+    n1 = rows["n-workers-like-one"]
+    assert n1["evidence"] and "studies/convergence.json" in n1["evidence"]
+    assert n1["verdict"] == "inconclusive" and "seeds per configuration" in n1["needs"]
+    text = claims.markdown(data)
+    assert text.count("### ") == len(data["claims"])
+    assert all(f"**{r['verdict']}**" in text for r in data["claims"])
+
+
+CLAIM_IDS = {c.id for c in claims.CLAIMS}
+
+
+def test_the_scaling_claims_follow_their_fixed_tolerances(tmp_path):
+    root = _root(tmp_path)
+    _write(root, "results/scaling/scaling_summary.json", _scaling_summary())
+    rows = _by_id(claims.ledger(root))
+    assert rows["scaling-model-error"]["verdict"] == "reproduced"  # -2.9 % within 5 %
+    assert rows["compute-bound"]["verdict"] == "reproduced"
+    assert rows["training-efficiency"]["verdict"] == "reproduced"
+    assert rows["serial-evaluation-gap"]["verdict"] == "reproduced"
+    assert rows["distributed-evaluation"]["verdict"] == "reproduced"
+    assert rows["overall-speedup"]["verdict"] == "reproduced"  # 8.8 against 9.07: -3 %
+    # Each tolerance's edge, crossed: the verdict turns.
+    _write(root, "results/scaling/scaling_summary.json", _scaling_summary(
+        model_here__rel_error_2=0.06, timeline_measured__comm_fraction=0.12,
+        paper_model__model_efficiency_12=0.975, paper_model__model_speedup=8.0,
+        overall_measured__efficiency_gap_distributed_points=3.5,
+        overall_measured__measured_speedup_serial=1.7))
+    rows = _by_id(claims.ledger(root))
+    for cid in ("scaling-model-error", "compute-bound", "training-efficiency", "overall-speedup",
+                "distributed-evaluation", "serial-evaluation-gap"):
+        assert rows[cid]["verdict"] == "not reproduced", cid
+    assert "+6.0 %" in rows["scaling-model-error"]["value"]
+
+
+def test_equivalence_rule_and_the_seeds_a_decision_would_need():
+    def row(verdict, diff=0.0, margin=0.05, sd=0.05):
+        return {"monitor": f"m{len(rows)}", "verdict": verdict, "diff": diff, "margin": margin,
+                "sd": sd, "ref_sd": sd, "n": [3, 3], "low": diff - 0.1, "high": diff + 0.1}
+
+    rows = []
+    for v in ["equivalent"] * 6 + ["inconclusive"] * 2:
+        rows.append(row(v))
+    assert claims.decide_equivalence(rows, "study", "x").verdict == "reproduced"
+    rows[6] = row("different", diff=0.2)
+    assert claims.decide_equivalence(rows, "study", "x").verdict == "inconclusive"
+    rows[7] = row("different", diff=0.3)
+    assert claims.decide_equivalence(rows, "study", "x").verdict == "not reproduced"
+    # n = 2 (1.645 s / (margin - |diff|))^2, computed here independently: s = 0.05,
+    # margin - |diff| = 0.03 -> 2 * (1.645 * 0.05 / 0.03)^2 = 15.03 -> 16 seeds.
+    assert claims.seeds_to_decide(row("inconclusive", diff=0.02)) == 16
+    assert claims.seeds_to_decide(row("inconclusive", diff=0.08)) == 16  # towards different
+    assert claims.seeds_to_decide({"diff": float("nan"), "margin": 0.05, "sd": 1,
+                                   "ref_sd": 1}) is None
+    assert math.isclose(2 * (1.645 * 0.05 / 0.03) ** 2, 15.03, rel_tol=1e-3)
+
+
+def test_a_study_that_decides_turns_the_verdict(tmp_path):
+    """The bfloat16 claim from a copy of studies/precision.json whose intervals all sit inside
+    their margins: reproduced; the committed file: not."""
+    root = _root(tmp_path)
+    before = _by_id(claims.ledger(root))["bfloat16-like-float32"]
+    assert before["verdict"] == "inconclusive"
+    path = root / "studies/precision.json"
+    p = json.loads(path.read_text())
+    for name, r in p["comparison"]["tost"].items():
+        r.update(verdict="equivalent", low=-r["margin"] / 2, high=r["margin"] / 2, diff=0.0)
+    path.write_text(json.dumps(p))
+    after = _by_id(claims.ledger(root))["bfloat16-like-float32"]
+    assert after["verdict"] == "reproduced" and after["needs"] == ""
+
+
+def test_the_reference_generator_claim_reads_the_shipped_record(tmp_path):
+    root = _root(tmp_path)
+    ref = json.loads((root / "src/gan3d/gan/reference/reference.json").read_text())
+    met = ref["final_monitors"]["targets_met"]
+    row = _by_id(claims.ledger(root))["reference-generator"]
+    assert f"{met} of 20" in row["value"]
+    assert row["verdict"] == ("reproduced" if met >= 18 else "not reproduced")
+
+
+def test_write_makes_the_markdown_and_the_json_atomically(tmp_path):
+    root = _root(tmp_path)
+    data = claims.write(root)
+    md = (root / "figures" / "CLAIMS.md").read_text()
+    assert md.startswith("# Claims") and claims.summary_line(data) in md
+    assert json.loads((root / "results" / "claims.json").read_text())["counts"] == data["counts"]
+    assert json.loads((root / "figures" / "claims.json").read_text())["counts"] == data["counts"]
+    assert sorted(p.name for p in (root / "figures").iterdir()) == ["CLAIMS.md", "claims.json"]
+
+
+def test_unreadable_results_are_an_inconclusive_verdict_naming_the_file(tmp_path):
+    root = _root(tmp_path)
+    (root / "results/scaling").mkdir(parents=True)
+    (root / "results/scaling/scaling_summary.json").write_text("{ cut short")
+    row = _by_id(claims.ledger(root))["compute-bound"]
+    assert row["verdict"] == "inconclusive" and "unreadable" in row["needs"]
+    assert "delete it" in row["needs"]
+
+
+@pytest.mark.parametrize("verdict,kind", [("passed", "measured"), ("reproduced", "guessed")])
+def test_an_outcome_refuses_words_outside_the_ledger(verdict, kind):
+    with pytest.raises(ValueError):
+        claims.Outcome(verdict, kind, "x")
+
+
+def test_a_notebook_ends_with_its_own_claims_read_from_its_results_dir(tmp_path):
+    res = tmp_path / "res"
+    _write(tmp_path, "res/scaling_summary.json", _scaling_summary())
+    text = claims.notebook_rows("scaling", res)
+    ids = [c.id for c in claims.CLAIMS if c.notebook == "scaling"]
+    assert all(f"**{i}**" in text for i in ids)
+    assert not any(f"**{c.id}**" in text for c in claims.CLAIMS if c.notebook != "scaling")
+    assert "| **scaling-model-error**" in text and "-2.9 %" in text  # read from res/, not results/
+
+
+def test_the_readme_summary_is_the_committed_ledger(tmp_path):
+    """README.md's block is rendered from figures/claims.json; editing either side fails."""
+    data = json.loads((ROOT / "figures" / "claims.json").read_text())
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split(claims.BEGIN)[1].split(claims.END)[0]
+    assert block.strip() == claims.readme_block(data).strip(), \
+        "README.md's claims summary is stale: run `python -m gan3d.claims --readme README.md`"
+    # CLAIMS.md and claims.json come from the same run.
+    assert claims.summary_line(data) in (ROOT / "figures" / "CLAIMS.md").read_text()
+    # The mutations: a verdict changed in a copy of the JSON, or a word in a copy of the README.
+    copy = tmp_path / "README.md"
+    copy.write_text(readme)
+    assert claims.update_readme(copy, data) is False  # current
+    data["claims"][0]["verdict"] = ("inconclusive" if data["claims"][0]["verdict"] != "inconclusive"
+                                    else "reproduced")
+    data["counts"] = {v: sum(r["verdict"] == v for r in data["claims"]) for v in claims.VERDICTS}
+    assert claims.readme_block(data).strip() != block.strip()
+    assert claims.update_readme(copy, data) is True
+    assert claims.readme_block(data) in copy.read_text()
+
+
+def test_energy_is_an_answer_only_when_counters_measured_it(tmp_path):
+    root = _root(tmp_path)
+    estimate = {"kind": "estimate", "label": "estimated from TDP", "cpu": "AMD EPYC 7763",
+                "watts_per_core": 4.375, "joule_per_shower": 3.1, "reason": "no RAPL zone"}
+    _write(root, "results/scaling/energy.json", {"here": estimate, "paper": {}})
+    row = _by_id(claims.ledger(root))["power-efficiency"]
+    assert (row["verdict"], row["kind"]) == ("not testable here", "estimated")
+    assert "no RAPL zone" in row["needs"] and "estimated from TDP (AMD EPYC 7763" in row["value"]
+    measured = {"kind": "measured", "source": "RAPL package-0", "joule_per_shower": 2.5}
+    _write(root, "results/scaling/energy.json", {"here": measured, "paper": {}})
+    row = _by_id(claims.ledger(root))["power-efficiency"]
+    assert (row["verdict"], row["kind"]) == ("reproduced", "measured")
+    assert "2.50 J per trained shower here, measured (RAPL package-0)" in row["value"]
+
+
+def test_results_of_another_layout_are_inconclusive_not_a_crash(tmp_path):
+    root = _root(tmp_path)
+    _write(root, "results/scaling/scaling_summary.json", {"machine": {}, "renamed": True})
+    data = claims.ledger(root)  # every other claim is still decided
+    row = _by_id(data)["scaling-model-error"]
+    assert row["verdict"] == "inconclusive" and "KeyError" in row["needs"]
+    assert "results/scaling/scaling_summary.json does not hold" in row["needs"]
+    assert _by_id(data)["reference-generator"]["verdict"] != "inconclusive"
