@@ -305,7 +305,7 @@ def test_a_non_finite_test_loss_stops_the_run_like_a_training_one(tmp_path, monk
     assert not list((tmp_path / "out" / "checkpoints").glob("*.npz"))
 
 
-def test_twenty_engine_clusters_in_a_row_leave_nothing_behind(tmp_path, monkeypatch):
+def test_six_engine_clusters_in_a_row_leave_nothing_behind(tmp_path, monkeypatch):
     import tempfile
 
     from gan3d.parallel.cluster import mpi_engines
@@ -320,12 +320,14 @@ def test_twenty_engine_clusters_in_a_row_leave_nothing_behind(tmp_path, monkeypa
     listening_before = {c.laddr for c in me.net_connections("inet") if c.status == "LISTEN"}
     children_before = {p.pid for p in me.children(recursive=True)}
     t0 = time.monotonic()
-    for _ in range(20):
+    # Each cycle is checked on its own (its processes gone within 10 s), so a leak shows in the
+    # cycle that makes it; six cycles also catch one that needs a few to add up (ports, files).
+    for _ in range(6):
         with mpi_engines(2) as cluster:
             assert cluster.run(os.getpid, stream=False) == [cluster.pid_of_rank[r] for r in (0, 1)]
         new = [p for p in me.children(recursive=True) if p.pid not in children_before]
         assert _gone(new, timeout=10) == [], [" ".join(p.cmdline()) for p in new]
-    print(f"\n20 start/stop cycles of a 2-engine cluster: {time.monotonic() - t0:.0f} s")
+    print(f"\n6 start/stop cycles of a 2-engine cluster: {time.monotonic() - t0:.0f} s")
     listening = {c.laddr for c in me.net_connections("inet") if c.status == "LISTEN"}
     assert listening <= listening_before
     assert (set(security.glob("*")) if security.is_dir() else set()) <= files_before

@@ -81,6 +81,12 @@ def test_runs_in_order_publishes_figures_and_index(project):
     assert not re.search(rf"\b{re.escape(platform.node())}\b", index)  # no host name
     assert (project / "results" / "notebooks" / STEPS[0].notebook).is_file()
     assert list((project / "results" / "pipeline").glob("run-*.json"))
+    # The run ends with the claims ledger; stand-in notebooks measure nothing, so every claim
+    # that needs this run's results says which file is missing instead of a verdict it lacks.
+    ledger = (figures / "CLAIMS.md").read_text()
+    assert ledger.count("\n### ") >= 16
+    assert "results/scaling/scaling_summary.json is missing" in ledger
+    assert json.loads((project / "results" / "claims.json").read_text())["counts"]
 
 
 @pytest.mark.slow

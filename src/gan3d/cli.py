@@ -95,6 +95,10 @@ def _train_parser(sub) -> None:
     train.add_argument("--epochs", type=int, help="train.epochs")
     train.add_argument("--output", help="train.output folder")
     train.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
+    train.add_argument("--fork-from", metavar="CHECKPOINT",
+                       help="train.fork_from: start a new run from this checkpoint (an "
+                            "epoch-NNNN.npz or a run's folder) with this run's workers, lr rule, "
+                            "precision, seed and data; epochs count on from its epoch")
     train.add_argument("--backend", choices=("horovod", "jax"),
                        help="train.backend: horovod (TensorFlow + Horovod) or jax (Keras on JAX)")
 
@@ -133,6 +137,9 @@ def _simulate_parser(sub) -> None:
     sim.add_argument("--seed", type=int, default=0)
     sim.add_argument("--precision", default="auto", choices=("auto", "float32", "bfloat16"),
                      help="auto: bfloat16 where the CPU has bfloat16 arithmetic, else float32")
+    sim.add_argument("--strict", action="store_true",
+                     help="refuse energies outside those the generator was trained on "
+                          "(default: simulate them with a warning naming its range)")
 
 
 def _study_parser(sub) -> None:
@@ -153,7 +160,8 @@ def _study_parser(sub) -> None:
     st.add_argument("--showers", type=int, default=256,
                     help="with --verify-code: showers of each short run (default 256)")
     st.add_argument("--allow-dirty", action="store_true",
-                    help="with --verify-code: check a tree with uncommitted changes (recorded so)")
+                    help="write into studies/ (or, with --verify-code, check) from a tree with "
+                         "uncommitted changes; the file is then marked clean: false")
 
 
 def _cmd_study(args: argparse.Namespace) -> int:
@@ -169,7 +177,8 @@ def _cmd_study(args: argparse.Namespace) -> int:
               + "; ".join(f"{k} ({c['compared']}, {c['equality']})" for k, c in entry["kinds"].items())
               + "".join(f"; {k} not checked: {why}" for k, why in entry["not_checked"].items()))
     elif not args.status:
-        study.run_study(cfg, only=args.block, max_runs=args.max_runs, restart=args.restart)
+        study.run_study(cfg, only=args.block, max_runs=args.max_runs, restart=args.restart,
+                        allow_dirty=args.allow_dirty)
     state = study.status(cfg)
     print(f"{cfg.study.output}: {state['done']} of {state['planned']} runs done"
           + (f", {len(state['stale'])} stale" if state["stale"] else "")
@@ -188,13 +197,14 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     from .gan.simulate import simulate  # imports TensorFlow
 
     simulate(args.generator, args.n, args.output, energies=args.energies, batch=args.batch,
-             seed=args.seed, precision=args.precision)
+             seed=args.seed, precision=args.precision, strict=args.strict)
     return 0
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
     cfg = _config(args, **{"train.workers": args.workers, "train.epochs": args.epochs,
-                           "train.output": args.output, "train.backend": args.backend})
+                           "train.output": args.output, "train.backend": args.backend,
+                           "train.fork_from": args.fork_from})
     jax = cfg.train.backend == "jax"
     if cfg.train.workers > 1 and not in_mpi_job():
         argv = [sys.executable, "-m", "gan3d", *sys.argv[1:]]
@@ -262,11 +272,45 @@ def _cmd_data(args: argparse.Namespace) -> int:
 
 
 def _cmd_reproduce(args: argparse.Namespace) -> int:
-    from .pipeline import reproduce
+    from . import pipeline
 
-    summary = reproduce(args.profile, parse_overrides(args.overrides), force=args.force,
-                        only=args.only)
+    _bounded_interrupt("reproduce", pipeline.RUNNING)
+    summary = pipeline.reproduce(args.profile, parse_overrides(args.overrides), force=args.force,
+                                 only=args.only)
     return 0 if summary.ok else 1
+
+
+def _bounded_interrupt(command: str, running: dict, grace: float = 30.0) -> None:
+    """Ctrl-C ends ``gan3d command`` within ``grace`` seconds. The first SIGINT unwinds as usual
+    (KeyboardInterrupt: the notebook's kernel is shut down, nothing is published); should that
+    hang - a kernel or an MPI job that does not answer - a timer kills this process's children
+    and exits with 130, saying so. ``running`` names the notebook being run, if any."""
+    import signal
+    import threading
+
+    def force() -> None:
+        import psutil
+
+        for child in psutil.Process().children(recursive=True):
+            try:
+                child.kill()
+            except psutil.Error:
+                pass
+        notebook = running.get("notebook", "the notebook")
+        print(f"{notebook} interrupted: none of its figures was published, and the next run "
+              f"redoes it (stopping took over {grace:g} s: its processes were killed)\n"
+              f"gan3d {command}: interrupted", file=sys.stderr, flush=True)
+        os._exit(130)
+
+    def on_sigint(signum, frame):
+        if not timer.is_alive():
+            timer.start()
+        raise KeyboardInterrupt
+
+    timer = threading.Timer(grace, force)
+    timer.daemon = True
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, on_sigint)
 
 
 # JupyterLab's settings for gan3d, as overrides of its defaults (a user's own settings still win):

@@ -17,30 +17,40 @@ A notebook is skipped when its inputs did not change: its key hashes the noteboo
 the package's code and, for a notebook that reads the one before it (``Step.chained``), that one's
 key (so a change redoes that notebook and those after it that depend on it, and only those).
 ``--force`` redoes everything.
+
+Faults (``docs/reliability.md``): one run at a time per results folder (:func:`run_lock`; a second
+refuses at once with :class:`~gan3d.exceptions.PipelineBusy`); a damaged ``state.json`` is a cache
+that is rebuilt, with a warning; a notebook is forgotten as done before it starts (``RUNNING``
+names it), so a run ended in it in any way leaves it to redo, and ``figures/`` as it was.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as _dt
+import fcntl
+import functools
 import hashlib
 import json
 import os
+import platform
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
-from . import console, figure_index
+from . import claims, console, figure_index
 from .config import Config, resolve, to_dict
-from .exceptions import ConfigError, NotebookFailed
+from .exceptions import ConfigError, NotebookFailed, PipelineBusy
 from .io import ensure_dir, provenance, read_json, write_json
 from .paths import repo_root
 from .runtime import apply_process_defaults
 
 log = console.get_logger(__name__)
 
-__all__ = ["STEPS", "Step", "run_notebook", "reproduce", "step_parameters", "PipelineSummary"]
+__all__ = ["STEPS", "Step", "run_notebook", "reproduce", "run_lock", "read_state",
+           "step_parameters", "PipelineSummary"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,7 +157,7 @@ def _code_hash() -> str:
 
 def _key(notebook: Path, params: Mapping[str, Any], code: str, previous: str) -> str:
     h = hashlib.sha256()
-    h.update(notebook.read_bytes())
+    h.update(notebook.read_bytes() if notebook.is_file() else b"")  # missing: NotebookFailed
     h.update(json.dumps(params, sort_keys=True, default=str).encode())
     h.update(code.encode())
     h.update(previous.encode())
@@ -212,11 +222,72 @@ def _publish(staging: Path, figures: Path) -> list[str]:
     return names
 
 
+# ---------------------------------------------------------------------------------------------
+# One run at a time
+
+
+LOCK = "reproduce.lock"  # in <results>/pipeline/
+RUNNING: dict[str, str] = {}  # the notebook this process is running, if any
+
+
+@contextlib.contextmanager
+def run_lock(results: str | Path) -> Iterator[Path]:
+    """Hold the results folder ``results`` for one pipeline run; yield the lock file.
+
+    Two runs on one results folder would overwrite each other's executed notebooks, state and
+    figures, so a second one raises :class:`PipelineBusy` at once, naming the first (its pid,
+    host and start, which the holder writes into the lock file). The lock is an ``flock`` on
+    ``pipeline/reproduce.lock``: the kernel drops it when its holder ends, however it ends
+    (SIGKILL included), so a lock file a dead run left never blocks. Its descriptor is not
+    inherited (Python's default), so kernels and MPI engines of the run do not hold it.
+    """
+    path = ensure_dir(Path(results) / "pipeline") / LOCK
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise PipelineBusy(
+                f"another `gan3d reproduce` is running on {path.parent.parent} ({_holder(path)}); "
+                "wait for it to end: two at once would overwrite each other's notebooks and "
+                "figures. Its lock is released when that process ends, however it ends; if no "
+                f"such process runs (a lock held on a network file system), delete {path}"
+            ) from None
+        holder = {"pid": os.getpid(), "host": platform.node(), "started_utc": _now()}
+        os.ftruncate(fd, 0) or os.pwrite(fd, (json.dumps(holder) + "\n").encode(), 0)
+        try:
+            yield path
+        finally:
+            os.ftruncate(fd, 0)  # a later refusal must not name this run, which has ended
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _holder(path: Path) -> str:
+    try:  # who holds the lock file ``path``, from what the holder wrote into it
+        h = json.loads(path.read_text())
+        return f"pid {int(h['pid'])} on host {h['host']}, started {h['started_utc']} UTC"
+    except (OSError, ValueError, KeyError, TypeError):  # the holder has not written it yet
+        return "a run that is just starting"
+
+
+def _one_run_at_a_time(reproduce):
+    """``reproduce`` holding :func:`run_lock` of its results folder while it runs."""
+    @functools.wraps(reproduce)
+    def locked(profile: str = "quick", overrides: Mapping[str, Any] | None = None, **kwargs):
+        cfg = resolve(profile, dict(overrides or {}))
+        with run_lock(kwargs.get("results_dir") or repo_root() / cfg.pipeline.results):
+            return reproduce(profile, overrides, **kwargs)
+    return locked
+
+
+@_one_run_at_a_time
 def reproduce(profile: str = "quick", overrides: Mapping[str, Any] | None = None, *,
               force: bool = False, only: Sequence[str] | None = None,
               notebooks_dir: str | Path | None = None, results_dir: str | Path | None = None,
               figures_dir: str | Path | None = None, verbose: bool = True) -> PipelineSummary:
-    """Run the pipeline; return its summary (also printed). Does not raise on a failed notebook."""
+    """Run the pipeline; return its summary (also printed). Does not raise on a failed notebook;
+    raises :class:`PipelineBusy` at once while another run holds the results folder."""
     overrides = dict(overrides or {})
     cfg = resolve(profile, overrides)
     root = repo_root()
@@ -240,8 +311,10 @@ def reproduce(profile: str = "quick", overrides: Mapping[str, Any] | None = None
     summary = PipelineSummary(records, run.figures, time.monotonic() - t_start)
     _write_provenance(run.results, cfg, summary)
     figure_index.write_index(run.figures, run.state, STEPS)
+    ledger = claims.write(root, run.figures, run.results)  # each claim's verdict: CLAIMS.md
     if verbose:
         print(summary.table())
+        print(f"{claims.summary_line(ledger)}: {run.figures / 'CLAIMS.md'}")
     return summary
 
 
@@ -258,7 +331,7 @@ class _Run:
 
     def __post_init__(self):
         self.state_path = self.results / "pipeline" / "state.json"
-        self.state = read_json(self.state_path) if self.state_path.is_file() else {}
+        self.state = read_state(self.state_path)
 
     def up_to_date(self, step: Step, key: str) -> bool:
         old = self.state.get(step.notebook, {})
@@ -273,6 +346,11 @@ class _Run:
             return StepRecord(step.notebook, "skipped", 0.0,
                               self.state[step.notebook].get("figures", []), key)
         log.info("%s %s: running", where, step.notebook)
+        RUNNING["notebook"] = step.notebook  # for an interrupt that must end the run by force
+        # Not done until it has succeeded: a run that ends inside it in any way (Ctrl-C, a
+        # SIGKILL, a power cut) leaves it to redo, its results half rewritten as they may be.
+        if self.state.pop(step.notebook, None) is not None:
+            write_json(self.state_path, self.state)
         shutil.rmtree(staging, ignore_errors=True)
         ensure_dir(staging)
         t0 = time.monotonic()
@@ -283,9 +361,11 @@ class _Run:
                          progress=step.notebook.split(".")[0])
         except NotebookFailed as exc:
             log.error("%s; figures in %s were left as they were", exc, self.figures)
-            self.state.pop(step.notebook, None)
-            write_json(self.state_path, self.state)
             return StepRecord(step.notebook, "failed", time.monotonic() - t0, [], key, str(exc))
+        except KeyboardInterrupt:
+            log.warning("%s interrupted: none of its figures was published, %s is as it was, "
+                        "and the next run redoes it", step.notebook, self.figures)
+            raise
         names = _publish(staging, self.figures)
         rec = StepRecord(step.notebook, "ran", time.monotonic() - t0, names, key)
         self.state[step.notebook] = {"key": key, "figures": names, "seconds": rec.seconds,
@@ -294,6 +374,35 @@ class _Run:
                                      "budget": figure_index.training_budgets(step.name, self.results)}
         write_json(self.state_path, self.state)
         return rec
+
+
+_ENTRY = {"key": str, "figures": list, "parameters": dict, "finished_utc": str}
+
+
+def read_state(path: Path) -> dict[str, dict]:
+    """``state.json``: the notebooks done, each with its key and figures. It is a cache, so a
+    damaged one (not JSON, not UTF-8, not of this shape) is taken as absent, with a warning
+    naming it: what it no longer says is done is redone, and the file is rewritten."""
+    if not path.is_file():
+        return {}
+    try:
+        state = read_json(path)
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError alike
+        log.warning("%s is damaged (%s): taken as absent, so each notebook is redone when it "
+                    "next runs, and the file rewritten", path, exc)
+        return {}
+    if not isinstance(state, dict):
+        log.warning("%s holds a JSON %s, not the pipeline's state: taken as absent, so each "
+                    "notebook is redone when it next runs, and the file rewritten", path,
+                    type(state).__name__)
+        return {}
+    good = {nb: e for nb, e in state.items() if isinstance(e, dict) and all(
+        isinstance(e.get(k), t) for k, t in _ENTRY.items())
+        and isinstance(e.get("code", ""), str) and all(isinstance(f, str) for f in e["figures"])}
+    if len(good) < len(state):
+        log.warning("%s: the entries of %s are damaged; those notebooks are redone", path,
+                    ", ".join(sorted(state.keys() - good.keys())))
+    return good
 
 
 def _now() -> str:

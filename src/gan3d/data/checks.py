@@ -83,8 +83,8 @@ def check_values(ecal: np.ndarray, energy: np.ndarray, where: str, start: int,
     bad = ~((energy >= lo) & (energy <= hi))  # also catches NaN
     if bad.any():
         i = first(bad)
-        raise DataValueError(f"{where}: primary energy {energy[i - start]!r} GeV of shower {i} is "
-                             f"outside [{lo}, {hi}] GeV (wrong unit, or a broken file)")
+        raise DataValueError(f"{where}: primary energy {float(energy[i - start]):g} GeV of shower "
+                             f"{i} is outside [{lo:g}, {hi:g}] GeV (wrong unit, or a broken file)")
     problem = None if generated or len(energy) == 0 else implausible(ecal, energy)
     if problem:
         raise DataValueError(f"{where}: showers {start}-{start + len(energy) - 1}: {problem}")

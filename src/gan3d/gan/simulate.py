@@ -11,6 +11,10 @@ batches of a fixed size (the last one padded, so nothing is traced twice), in bf
 CPU has bfloat16 arithmetic (``precision="auto"``), else float32, through the generator with its
 upsampling folded into the convolutions (:mod:`gan3d.gan.inference`: the same showers to float
 rounding, ~2.5x fewer FLOPs).
+
+Energies outside those the generator was trained on (:func:`trained_energies`) are an
+extrapolation that no training checked: ``simulate`` warns, naming the range, and refuses them
+with ``strict=True`` (``gan3d simulate --strict``).
 """
 
 from __future__ import annotations
@@ -28,13 +32,15 @@ import tensorflow as tf
 from .. import console, runtime
 from ..data.calorimeter import NETWORK_SCALE
 from ..data.files import GAN_ORIGIN, ORIGIN_ATTR, shower_file
-from ..exceptions import ConfigError
+from ..config import DataConfig
+from ..exceptions import ConfigError, OutsideTrainedRange
 from ..io import provenance
 from . import reference
 from .inference import inference_network
+from .losses import E_RANGE
 from .model import load_generator
 
-__all__ = ["parse_energies", "primary_energies", "simulate"]
+__all__ = ["parse_energies", "primary_energies", "trained_energies", "simulate"]
 
 log = console.get_logger(__name__)
 
@@ -81,9 +87,54 @@ def _network(path: Path, precision: str, fold: bool = True) -> keras.Model:
     return inference_network(net, precision, fold=fold)
 
 
+def _record(path: Path) -> Path:
+    """The file that says how the generator at ``path`` was trained (its run's configuration)."""
+    return path.parent / ("reference.json" if path.parent == reference.FOLDER else "config.json")
+
+
+def trained_energies(path: Path) -> tuple[float, float, str]:
+    """The primary energies (GeV) the generator at ``path`` was trained on, and where that is
+    read: the range of its training data (``data.energy_min``, ``data.energy_max`` in its run's
+    ``config.json``, or ``reference.json``) within the range its training drew fakes in
+    (:data:`gan3d.gan.losses.E_RANGE`, the same for every run). A generator without a readable
+    record is taken to have had the configuration's default data range, and the source says so."""
+    record, default = _record(path), DataConfig()
+    lo, hi, where = default.energy_min, default.energy_max, "no record of its training beside it"
+    if record.is_file():  # damaged or incomplete, it is named: the showers do not depend on it
+        try:
+            data = json.loads(record.read_text())["config"]["data"]
+            lo, hi, where = float(data["energy_min"]), float(data["energy_max"]), str(record)
+        except (KeyError, TypeError):
+            where = f"{record} names no data range"
+        except ValueError as exc:
+            where = f"{record} is damaged ({exc})"
+    if where != str(record):
+        where += f": the default data.energy_min-energy_max, {lo:g}-{hi:g} GeV"
+    fakes = [round(x * NETWORK_SCALE, 6) for x in E_RANGE]  # E_RANGE is in units of 100 GeV
+    return max(lo, fakes[0]), min(hi, fakes[1]), where
+
+
+def _check_range(path: Path, spec: str, strict: bool) -> None:
+    """Warn about (``strict``: refuse) energies ``spec`` outside the generator's trained ones."""
+    asked = parse_energies(spec)
+    if not path.is_file():  # the loader names what is missing
+        return
+    a_lo, a_hi = asked if isinstance(asked, tuple) else (min(asked), max(asked))
+    lo, hi, where = trained_energies(path)
+    if lo <= a_lo and a_hi <= hi:
+        return
+    text = (f"--energies {spec}: {a_lo:g}-{a_hi:g} GeV reaches outside the {lo:g}-{hi:g} GeV the "
+            f"generator {path} was trained on ({where}); showers there are an extrapolation "
+            "that no training checked")
+    if strict:
+        raise OutsideTrainedRange(f"{text}. Ask for energies within {lo:g}-{hi:g} GeV, or leave "
+                                  "out --strict to simulate them with this warning")
+    log.warning("%s", text)
+
+
 def _attributes(path: Path, spec: str, seed: int, precision: str) -> dict:
     """What the file says about where its showers come from."""
-    config = path.parent / ("reference.json" if path.parent == reference.FOLDER else "config.json")
+    config = _record(path)
     return {ORIGIN_ATTR: GAN_ORIGIN, "generator": str(path),
             "generator_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
             "generator_config": config.read_text() if config.is_file() else "",
@@ -93,7 +144,7 @@ def _attributes(path: Path, spec: str, seed: int, precision: str) -> dict:
 
 def simulate(generator, n: int, output, *, energies: str = "10:500", batch: int = 64,
              seed: int = 0, precision: str = "auto", progress: bool = True,
-             fold: bool = True) -> dict:
+             fold: bool = True, strict: bool = False) -> dict:
     """Write ``n`` GAN showers for primary energies ``energies`` into ``output`` (atomically).
 
     ``generator``: a training output folder (its ``generator.keras``), a ``.keras`` file, or
@@ -101,10 +152,13 @@ def simulate(generator, n: int, output, *, energies: str = "10:500", batch: int 
     Returns the path, the precision used, and the speed: ``showers_per_s`` over the batches after
     the first (which traces and compiles) and ``seconds`` in all. ``fold=False`` runs the
     generator's own layers instead of the folded network (the same showers, slower).
+    Energies outside those the generator was trained on (:func:`trained_energies`) are logged as
+    a warning naming the range; with ``strict`` they raise :class:`OutsideTrainedRange`.
     """
     if n < 1 or batch < 1:
         raise ConfigError(f"--n {n} and --batch {batch} must be at least 1")
     path, precision = _generator_file(generator), runtime.resolve_precision(precision)
+    _check_range(path, energies, strict)  # before the network is loaded: a refusal is quick
     net = _network(path, precision, fold)
     latent_size = int(net.input_shape[-1])
     infer = tf.function(lambda z: net(z, training=False), reduce_retracing=True)
