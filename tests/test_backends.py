@@ -130,10 +130,10 @@ def test_each_process_of_a_node_takes_the_gpu_of_its_local_rank(monkeypatch):
 
 
 @pytest.mark.parametrize("gpu, cpu_bf16, expected", [
-    ((9, 0), False, "bfloat16"),   # H100/H200: bfloat16
-    ((6, 0), False, "float32"),    # P100: float16 with loss scaling on Horovod, float32 on JAX
+    ((9, 0), False, "float32"),    # H100/H200: tensor cores for bfloat16, asked for by name
+    ((6, 0), False, "float32"),    # P100
     (None, False, "float32"),      # a CPU without bfloat16 arithmetic
-    (None, True, "bfloat16"),      # a CPU with AVX512_BF16
+    (None, True, "float32"),       # a CPU with AVX512_BF16: training's auto follows the evidence
 ])
 def test_jax_precision_follows_the_device(monkeypatch, gpu, cpu_bf16, expected):
     from gan3d import runtime
@@ -143,8 +143,8 @@ def test_jax_precision_follows_the_device(monkeypatch, gpu, cpu_bf16, expected):
     monkeypatch.setattr(runtime, "cpu_has_bf16", lambda *a, **k: cpu_bf16)
     cfg = resolve("quick", {"train.backend": "jax", "train.precision": "auto"})
     assert backend.BACKEND.resolve(cfg).train.precision == expected
-    pinned = resolve("quick", {"train.backend": "jax", "train.precision": "float32"})
-    assert backend.BACKEND.resolve(pinned).train.precision == "float32"
+    pinned = resolve("quick", {"train.backend": "jax", "train.precision": "bfloat16"})
+    assert backend.BACKEND.resolve(pinned).train.precision == "bfloat16"
 
 
 def test_compare_sees_a_different_update(tmp_path):

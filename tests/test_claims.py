@@ -136,6 +136,19 @@ def test_a_study_that_decides_turns_the_verdict(tmp_path):
     assert after["verdict"] == "reproduced" and after["needs"] == ""
 
 
+def test_auto_trains_in_bfloat16_only_once_the_ledger_says_it_trains_like_float32(monkeypatch):
+    """The default precision is decided by the evidence: training's ``auto`` is bfloat16 exactly
+    when the committed studies reproduce ``bfloat16-like-float32`` - so a precision study that
+    decides (either way) fails this test until the default follows it."""
+    from gan3d import config, runtime
+
+    verdict = _by_id(claims.ledger(ROOT))["bfloat16-like-float32"]["verdict"]
+    monkeypatch.setattr(runtime, "cpu_has_bf16", lambda *a, **k: True)  # a CPU that has it
+    auto = config.resolved_precision(config.resolve("quick", {"train.precision": "auto"}))
+    assert (auto.train.precision == "bfloat16") == (verdict == "reproduced"), verdict
+    assert runtime.resolve_precision("auto", gpu=(9, 0)) == "bfloat16"  # inference keeps it
+
+
 def test_the_reference_generator_claim_reads_the_shipped_record(tmp_path):
     root = _root(tmp_path)
     ref = json.loads((root / "src/gan3d/gan/reference/reference.json").read_text())

@@ -82,8 +82,9 @@ def test_auto_precision_follows_the_cpu_flags(tmp_path, monkeypatch):
         runtime.resolve_precision("float8")
     cfg = config.resolve("quick")
     assert cfg.train.precision == "auto"
-    for has, expected in ((True, "bfloat16"), (False, "float32")):
+    # training's auto follows the evidence, not the CPU (test_claims ties it to the ledger)
+    for has in (True, False):
         monkeypatch.setattr(runtime, "cpu_has_bf16", lambda *a, has=has: has)
-        assert config.resolved_precision(cfg).train.precision == expected
-        pinned = cfg.replace(**{"train.precision": "float32"})
-        assert config.resolved_precision(pinned).train.precision == "float32"
+        assert config.resolved_precision(cfg).train.precision == config.TRAINING_AUTO == "float32"
+        pinned = cfg.replace(**{"train.precision": "bfloat16"})
+        assert config.resolved_precision(pinned).train.precision == "bfloat16"  # asked for

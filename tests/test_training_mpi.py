@@ -88,10 +88,10 @@ def test_weights_are_bit_identical_on_all_ranks_after_steps(runs):
 
 
 @pytest.mark.skipif(not runtime.cpu_has_bf16(), reason="this CPU has no bfloat16 arithmetic "
-                    "(AVX512_BF16 or AMX), so auto trains in float32 here: the float32 test holds")
+                    "(AVX512_BF16 or AMX): bfloat16 would be emulated, and the float32 test holds")
 def test_weights_are_bit_identical_on_all_ranks_in_bfloat16_with_the_cpu_layers(runs):
-    """The default on a CPU with bfloat16 (auto: mixed bfloat16 with the discriminator's CPU
-    layers) keeps the ranks identical too: its dropout mask, fused BatchNorm and folded
+    """bfloat16 asked for on a CPU that has it (mixed bfloat16 with the discriminator's CPU
+    layers: 3x the float32 rate with AMX) keeps the ranks identical too: its dropout mask, fused BatchNorm and folded
     convolution draw and reduce nothing that differs between ranks."""
     r0, r1 = _ranks(runs / "sync_bf16")
     assert r0["policy"] == "mixed_bfloat16"

@@ -126,8 +126,8 @@ def _tensorflow_build() -> dict:
 
 
 def _gpus() -> tuple[list[str], int]:
-    """The GPUs TensorFlow finds, one line each with their compute capability and the precision
-    auto picks (or the error), and how many there are."""
+    """The GPUs TensorFlow finds, one line each with their compute capability and the fastest
+    precision its tensor cores have (or the error), and how many there are."""
     try:
         found = devices.describe()
     except Exception as exc:  # noqa: BLE001
@@ -137,7 +137,7 @@ def _gpus() -> tuple[list[str], int]:
         cc = g["compute_capability"]
         prec = runtime.gpu_precision(cc) if cc else "?"
         out.append(f"GPU {g['index']}: {g['name']} (compute capability "
-                   f"{'.'.join(map(str, cc)) if cc else '?'}, train.precision auto -> {prec})")
+                   f"{'.'.join(map(str, cc)) if cc else '?'}, fastest train.precision {prec})")
     return out, len(found)
 
 

@@ -92,8 +92,10 @@ def gpu_precision(compute_capability: tuple[int, int]) -> str:
 
 def resolve_precision(precision: str, cpuinfo: str | os.PathLike = "/proc/cpuinfo",
                       gpu: tuple[int, int] | None = None) -> str:
-    """``auto`` -> on a GPU (``gpu``: its compute capability) :func:`gpu_precision`; on a CPU
-    bfloat16 where it has bfloat16 arithmetic, else float32. float32, bfloat16 and float16 (with
+    """The fastest precision of this hardware, for inference (``gan3d simulate``; training's
+    ``auto`` is :data:`gan3d.config.TRAINING_AUTO`): ``auto`` -> on a GPU (``gpu``: its compute
+    capability) :func:`gpu_precision`; on a CPU bfloat16 where it has bfloat16 arithmetic, else
+    float32. float32, bfloat16 and float16 (with
     loss scaling; meant for GPUs, slow on CPUs) stay as they are; anything else raises
     :class:`ConfigError`."""
     if precision == "auto":

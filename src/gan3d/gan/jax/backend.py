@@ -73,12 +73,8 @@ class JaxBackend:
         return distributed.init_jax()  # DISTRIBUTED: jax.distributed, before any computation
 
     def resolve(self, cfg: Config) -> Config:
-        """``auto`` resolved as on the Horovod backend, except that a GPU without bfloat16 (which
-        would get float16 with loss scaling there) trains in float32 here."""
-        out = resolved_precision(cfg, _gpu())
-        if cfg.train.precision == "auto" and out.train.precision == "float16":
-            out = out.replace(**{"train.precision": "float32"})
-        return out
+        """``auto`` resolved as on the Horovod backend (:data:`gan3d.config.TRAINING_AUTO`)."""
+        return resolved_precision(cfg, _gpu())
 
     def build_step(self, cfg: Config):
         import keras
