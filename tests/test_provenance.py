@@ -123,6 +123,17 @@ def test_provenance_says_clean_then_changed_and_untracked_files_do_not_count(rep
     (repo / "results").mkdir()
     (repo / "results" / "new.json").write_text("{}")  # untracked: not a change to the code
     assert provenance(repo=repo)["clean"] is True
+    (repo / "figures").mkdir()  # the gallery make figures republishes: its output, not code
+    (repo / "figures" / "fig.png").write_bytes(b"one")
+    _git(repo, "add", "figures/fig.png")
+    _git(repo, "commit", "-q", "-m", "a figure")
+    head = _git(repo, "rev-parse", "HEAD")
+    (repo / "figures" / "fig.png").write_bytes(b"two")
+    assert provenance(repo=repo)["clean"] is True
+    (repo / "figures.py").write_text("y = 1\n")  # a file whose name only starts so counts
+    _git(repo, "add", "figures.py")
+    assert provenance(repo=repo)["clean"] is False
+    _git(repo, "reset", "-q", "figures.py")
     (repo / "code.py").write_text("x = 2\n")  # a tracked file changed
     info = provenance(repo=repo)
     assert (info["commit"], info["clean"]) == (head, False)  # the commit alone, no -dirty

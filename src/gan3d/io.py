@@ -137,8 +137,15 @@ class GitState(NamedTuple):
     """What git says about a checkout: which commit, and whether the tree is as committed."""
 
     commit: str | None   # the full hash of HEAD; None outside a git checkout
-    clean: bool | None   # no uncommitted changes to tracked files (untracked ones don't count)
+    clean: bool | None   # no uncommitted changes to tracked files (untracked ones and the
+    #                      gallery make figures writes, GENERATED, don't count)
     source: str          # "git checkout", or why there is no commit (e.g. "not a git checkout")
+
+
+# Tracked folders that gan3d itself writes: the figure gallery ``gan3d reproduce`` publishes. A
+# change there is a run's output, not a change to the code that made it, so it does not make a
+# tree unclean (else every result of ``make figures`` after the first notebook would say so).
+GENERATED = ("figures",)
 
 
 def _git(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
@@ -151,7 +158,8 @@ def git_state(repo: str | os.PathLike | None = None) -> GitState:
     Outside a checkout (an installed wheel, a copy made with ``git archive``, no git at all)
     commit and clean are None and ``source`` says why. gan3d's own checkout counts only when it
     tracks this very file: a wheel installed in a virtual environment that happens to lie inside
-    some repository is not a checkout of that repository.
+    some repository is not a checkout of that repository. Changes under :data:`GENERATED`
+    (the published figures) do not count against ``clean``.
     """
     cwd = Path(repo) if repo is not None else Path(__file__).resolve().parent
     try:
@@ -164,7 +172,8 @@ def git_state(repo: str | os.PathLike | None = None) -> GitState:
                                  cwd).returncode != 0:
             return GitState(None, None, "not a git checkout (gan3d is installed inside a "
                                         "repository that does not track it)")
-        status = _git(["status", "--porcelain", "--untracked-files=no"], cwd)
+        status = _git(["status", "--porcelain", "--untracked-files=no", "--", ":/",
+                       *(f":(top,exclude){g}/" for g in GENERATED)], cwd)
     except FileNotFoundError:
         return GitState(None, None, "not a git checkout (git is not installed)")
     except (OSError, subprocess.SubprocessError) as exc:
