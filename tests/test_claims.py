@@ -76,9 +76,16 @@ def test_every_claim_has_a_verdict_and_a_missing_result_is_named_not_guessed(tmp
 CLAIM_IDS = {c.id for c in claims.CLAIMS}
 
 
+def _weak(one=(1.00, 1.01), two=(1.02, 1.03)) -> dict:
+    """scaling_weak.json's points with the per-repeat median step times the model's error reads."""
+    return {"points": [{"workers": 1, "repeat_step_times_s": list(one)},
+                       {"workers": 2, "repeat_step_times_s": list(two)}]}
+
+
 def test_the_scaling_claims_follow_their_fixed_tolerances(tmp_path):
     root = _root(tmp_path)
     _write(root, "results/scaling/scaling_summary.json", _scaling_summary())
+    _write(root, "results/scaling/scaling_weak.json", _weak())  # spread 0.5 % + 0.5 %
     rows = _by_id(claims.ledger(root))
     assert rows["scaling-model-error"]["verdict"] == "reproduced"  # -2.9 % within 5 %
     assert rows["compute-bound"]["verdict"] == "reproduced"
@@ -97,6 +104,35 @@ def test_the_scaling_claims_follow_their_fixed_tolerances(tmp_path):
                 "distributed-evaluation", "serial-evaluation-gap"):
         assert rows[cid]["verdict"] == "not reproduced", cid
     assert "+6.0 %" in rows["scaling-model-error"]["value"]
+
+
+@pytest.mark.parametrize("rel, one, two, verdict", [
+    (-0.009, (1.806, 1.720), (1.839, 1.936), "inconclusive"),   # a quick run: -0.9 % +- 5.0 %
+    (0.152, (1.80, 1.72), (1.84, 1.94), "not reproduced"),      # +15.2 % +- 5.0 %: outside
+    (0.03, (1.00, 1.01), (1.00, 1.01), "reproduced"),           # +3.0 % +- 1.0 %: inside
+    (0.055, (1.00, 1.01), (1.00, 1.01), "inconclusive"),        # +5.5 % +- 1.0 %: across
+    (0.061, (1.00, 1.01), (1.00, 1.01), "not reproduced"),      # +6.1 % +- 1.0 %: outside
+])
+def test_the_model_error_counts_the_spread_of_the_repeats(tmp_path, rel, one, two, verdict):
+    """The edge of +-5 % is decided with the error's spread: u = the half-ranges of the 1- and
+    2-worker repeats, added (computed here by hand: (1.806 - 1.720) / (1.806 + 1.720) = 2.4 %,
+    (1.936 - 1.839) / (1.936 + 1.839) = 2.6 %); across the edge the ledger says how many repeats
+    would decide, u falling as 1 / sqrt(repeats)."""
+    root = _root(tmp_path)
+    _write(root, "results/scaling/scaling_summary.json",
+           _scaling_summary(model_here__rel_error_2=rel))
+    _write(root, "results/scaling/scaling_weak.json", _weak(one, two))
+    row = _by_id(claims.ledger(root))["scaling-model-error"]
+    assert row["verdict"] == verdict, row
+    u = (one[1] - one[0]) / sum(one) * (1 if one[1] > one[0] else -1) \
+        + (two[1] - two[0]) / sum(two) * (1 if two[1] > two[0] else -1)
+    assert f"+- {100 * abs(u):.1f} %" in row["value"]
+    if verdict == "inconclusive":
+        need = math.ceil(2 * (abs(u) / abs(0.05 - abs(rel))) ** 2)
+        assert f"about {need} repeats" in row["needs"]
+    _write(root, "results/scaling/scaling_weak.json", _weak((1.0,), (1.0,)))  # one repeat each
+    row = _by_id(claims.ledger(root))["scaling-model-error"]
+    assert row["verdict"] == "inconclusive" and "fewer than 2 repeats" in row["needs"]
 
 
 def test_equivalence_rule_and_the_seeds_a_decision_would_need():
@@ -186,6 +222,7 @@ def test_an_outcome_refuses_words_outside_the_ledger(verdict, kind):
 def test_a_notebook_ends_with_its_own_claims_read_from_its_results_dir(tmp_path):
     res = tmp_path / "res"
     _write(tmp_path, "res/scaling_summary.json", _scaling_summary())
+    _write(tmp_path, "res/scaling_weak.json", _weak())
     text = claims.notebook_rows("scaling", res)
     ids = [c.id for c in claims.CLAIMS if c.notebook == "scaling"]
     assert all(f"**{i}**" in text for i in ids)

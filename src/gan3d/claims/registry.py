@@ -48,7 +48,8 @@ CLAIMS: tuple[Claim, ...] = (
           "within 3 points of training alone", "notebook 03, scaling_overall_time", NB_SCALE,
           r.distributed_eval),
     Claim("scaling-model-error", "The scaling model, calibrated here, predicts the 2-worker step.",
-          "this package", "relative error of the modelled 2-worker step", "-", "within +-5 %",
+          "this package", "relative error of the modelled 2-worker step", "-",
+          "within +-5 %, with its spread over the repeats (across the edge: inconclusive)",
           "notebook 03, scaling_model_projection", NB_SCALE, r.model_error),
     Claim("n-workers-like-one", "N workers (lr x N) converge like one.", "paper, Sect. 4; this "
           "package", "8 physics and loss quantities, TOST at fixed margins", "-",

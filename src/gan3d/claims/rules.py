@@ -300,18 +300,49 @@ def distributed_eval(ev: Evidence) -> Outcome:
                    numbers={"gap_distributed": gap, "model_speedup_distributed": model_d})
 
 
+MODEL_TOLERANCE = 0.05  # the modelled 2-worker step within +-5 % of the measured one
+
+
+def _half_range(times) -> float:
+    """Half the range of the repeats' median step times, relative to their middle."""
+    t = sorted(float(x) for x in times)
+    return (t[-1] - t[0]) / (t[-1] + t[0])
+
+
 def model_error(ev: Evidence) -> Outcome:
-    s = _scaling(ev)
-    m = s["model_here"]
+    """|error| +- u against the tolerance, u the repeats' half-ranges of the 1-worker step (the
+    calibration: the model scales with it) and of the 2-worker step added: inside, reproduced;
+    outside, not reproduced; across, inconclusive with the repeats that would decide (u ~ 1 /
+    sqrt(repeats)). The compute-sharing probe, measured once, adds noise u does not hold."""
+    m = _scaling(ev)["model_here"]
     rel = m["rel_error_2"]
     if rel is None:
         raise MissingEvidence("scaling_summary.json has no 2-worker model check")
-    verdict = "reproduced" if abs(rel) <= 0.05 else "not reproduced"
+    reps = {p["workers"]: p.get("repeat_step_times_s") or []
+            for p in ev.json("results/scaling/scaling_weak.json").get("points", [])}
+    if len(reps.get(1, [])) < 2 or len(reps.get(2, [])) < 2:
+        raise MissingEvidence("scaling_weak.json holds fewer than 2 repeats of the 1- and the "
+                              "2-worker step, so the model's error has no spread")
+    u, n, tol = _half_range(reps[1]) + _half_range(reps[2]), min(len(reps[1]), len(reps[2])), \
+        MODEL_TOLERANCE
+    needs = ""
+    if abs(rel) + u <= tol:
+        verdict = "reproduced"
+    elif abs(rel) - u > tol:
+        verdict = "not reproduced"
+    else:
+        verdict, gap = "inconclusive", abs(tol - abs(rel))
+        more = math.ceil(n * (u / gap) ** 2) if gap > 1e-3 else None
+        needs = ("the error sits on the tolerance's edge: no number of repeats decides it"
+                 if more is None else f"about {more} repeats (scale.repeats; {n} here) to "
+                 f"bring the spread inside the gap to +-{_pct(tol, 0)}")
     return Outcome(verdict, "measured",
                    f"2-worker step: model {m['predicted_step_2_s']:.3f} s, measured "
-                   f"{m['measured_step_2_s']:.3f} s ({_signed(rel)})",
+                   f"{m['measured_step_2_s']:.3f} s ({_signed(rel)} +- {_pct(u)} over {n} "
+                   "repeats)",
                    "the model calibrated on this machine must predict the 2-worker step within "
-                   "+-5 %", numbers={"rel_error": rel})
+                   "+-5 %, the error's spread over the repeats included", needs=needs,
+                   numbers={"rel_error": rel, "spread": u, "repeats": n})
 
 
 def n_like_one(ev: Evidence) -> Outcome:
