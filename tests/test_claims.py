@@ -133,6 +133,7 @@ def test_the_model_error_counts_the_spread_of_the_repeats(tmp_path, rel, one, tw
     _write(root, "results/scaling/scaling_weak.json", _weak((1.0,), (1.0,)))  # one repeat each
     row = _by_id(claims.ledger(root))["scaling-model-error"]
     assert row["verdict"] == "inconclusive" and "fewer than 2 repeats" in row["needs"]
+    assert f"{100 * rel:+.1f} % +- unknown over 1 repeat)" in row["value"]
 
 
 def test_equivalence_rule_and_the_seeds_a_decision_would_need():
