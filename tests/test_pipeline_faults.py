@@ -362,19 +362,30 @@ def test_an_energy_out_of_range_is_printed_as_a_plain_number(tmp_path):
 
 
 # A command whose unwinding hangs after Ctrl-C (a kernel or MPI job that does not answer): it
-# swallows every KeyboardInterrupt and has a child that would outlive it.
+# swallows every KeyboardInterrupt - also one that lands between printing the child's pid and
+# the loop, where an uncaught one would end Python by SIGINT (-2) before the timer could act -
+# and has a child that would outlive it.
 HANGS = """
 import subprocess, sys, time
 from gan3d import cli
+
+
+def hang():
+    while True:
+        try:
+            time.sleep(600)
+        except KeyboardInterrupt:
+            pass
+
+
 cli._bounded_interrupt("reproduce", {"notebook": "02_distributed_training.ipynb"}, grace=2.0)
 child = subprocess.Popen([sys.executable, "-c", "import signal, time; "
                           "signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(600)"])
-print(child.pid, flush=True)
-while True:
-    try:
-        time.sleep(600)
-    except KeyboardInterrupt:
-        pass
+try:
+    print(child.pid, flush=True)
+    hang()
+except KeyboardInterrupt:
+    hang()
 """
 
 
