@@ -123,3 +123,50 @@ def test_no_autotuning_thread_to_wait_for_at_the_end_of_an_epoch(train_files):
     evaluation = sharding.test_batches(train_files, 0, 1, 8)
     assert training.options().autotune.enabled is False
     assert evaluation.options().autotune.enabled is False
+
+
+# ---------------------------------------------------------------------------------------------
+# The global order (train.data_order = "global"): the warm-start study's pairing
+
+
+def _ids(batch):
+    return [int(round(e * 100)) for e in batch["energy"]]  # energy / 100 identifies a shower
+
+
+def test_global_order_gives_w_workers_the_showers_one_worker_takes_in_w_steps(train_files):
+    # 128 showers, batch 8, 3 steps of 2 workers = 6 steps of 1 worker, over 4 epochs (3 passes)
+    one = sharding.GlobalOrder(train_files, 0, 1, 8, seed=5, max_batches=6)
+    two = [sharding.GlobalOrder(train_files, r, 2, 8, seed=5, max_batches=3) for r in (0, 1)]
+    for epoch in range(4):
+        b1 = [_ids(b) for b in one.iter_numpy(epoch)]
+        b2 = [[_ids(b) for b in two[r].iter_numpy(epoch)] for r in (0, 1)]
+        for t in range(3):  # step t of rank r is step 2t + r of the one worker, shower for shower
+            assert b2[0][t] == b1[2 * t] and b2[1][t] == b1[2 * t + 1]
+        assert [two[r].batch_index(epoch, t) for t in range(3) for r in (0, 1)] == \
+            [one.batch_index(epoch, i) for i in range(6)]
+
+
+def test_global_order_passes_are_permutations_and_reseeded(train_files):
+    g = sharding.GlobalOrder(train_files, 0, 1, 16, seed=1, max_batches=8)  # one pass: 128
+    seen = [i for b in g.iter_numpy(0) for i in _ids(b)]
+    assert sorted(seen) == list(range(10, 10 + 128))  # every shower once
+    again = [i for b in g.iter_numpy(1) for i in _ids(b)]
+    assert sorted(again) == sorted(seen) and again != seen  # the next pass: another order
+    other = sharding.GlobalOrder(train_files, 0, 1, 16, seed=2, max_batches=8)
+    assert [i for b in other.iter_numpy(0) for i in _ids(b)] != seen  # the seed sets the order
+    # a batch that spans two passes takes the end of one and the start of the next
+    odd = sharding.GlobalOrder(train_files, 0, 1, 48, seed=1, max_batches=2)
+    pos = odd.positions(2)  # positions 96..143: 32 of pass 0, then 16 of pass 1
+    np.testing.assert_array_equal(pos[:32], odd._pass(0)[96:])
+    np.testing.assert_array_equal(pos[32:], odd._pass(1)[:16])
+
+
+def test_global_order_counts_epochs_from_a_fork(train_files):
+    forked = sharding.GlobalOrder(train_files, 0, 1, 8, seed=5, max_batches=4, origin=26)
+    fresh = sharding.GlobalOrder(train_files, 0, 1, 8, seed=5, max_batches=4)
+    assert [_ids(b) for b in forked.iter_numpy(26)] == [_ids(b) for b in fresh.iter_numpy(0)]
+
+
+def test_global_order_refuses_a_set_too_large_for_every_rank(train_files):
+    with pytest.raises(DataError, match="holds all 128 training showers on every rank"):
+        sharding.GlobalOrder(train_files, 0, 2, 8, memory_limit=1 << 20)

@@ -60,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     _scale_parser(sub)
     _validate_parser(sub)
     _study_parser(sub)
+    _warm_parser(sub)
     _simulate_parser(sub)
     rep = sub.add_parser("reproduce", help="run every notebook and regenerate every figure")
     _add_config_args(rep)
@@ -190,6 +191,38 @@ def _cmd_study(args: argparse.Namespace) -> int:
         counts[f"{v['candidate']} vs {v['reference']}"][v["verdict"]] += 1
     for pair, by in counts.items():
         print(f"  {pair}: " + ", ".join(f"{n} {k}" for k, n in sorted(by.items())))
+    return 0
+
+
+def _warm_parser(sub) -> None:
+    w = sub.add_parser("warm-start", help="the warm-start equivalence study: configurations forked "
+                       "from the learning curve's checkpoint against 1 worker, paired by seed "
+                       "(resumable; into studies/warm_start.json)")
+    _add_config_args(w)
+    w.add_argument("--max-runs", type=int, help="stop after this many runs (continue later)")
+    w.add_argument("--until-decided", type=int, default=0, metavar="K",
+                   help="then add seeds (up to 10) until the first candidate decides K of its 8 "
+                        "quantities")
+    w.add_argument("--status", action="store_true", help="say how far the study is; run nothing")
+    w.add_argument("--allow-dirty", action="store_true", help="write into studies/ from a tree "
+                   "with uncommitted changes (marked clean: false)")
+
+
+def _cmd_warm(args: argparse.Namespace) -> int:
+    from .convergence import warmstart
+
+    cfg = _config(args)
+    if not args.status:
+        warmstart.run_warm(cfg, max_runs=args.max_runs, until_decided=args.until_decided,
+                           allow_dirty=args.allow_dirty)
+    state, res = warmstart.status(cfg), warmstart.load(cfg.warm.output)
+    print(f"{cfg.warm.output}: {state['done']} of {state['planned']} runs done"
+          + (f"; missing: {', '.join(state['missing'])}" if state["missing"] else "")
+          + "".join(f"; {c} skipped (no bfloat16 here)" for c in state["skipped"]))
+    for v in res.get("verdicts", []):
+        print(f"  {v['candidate']} vs {v['reference']} {v['monitor']}: {v['verdict']} "
+              f"(n={v['n']}, diff {v['diff']}, 90% [{v['low']}, {v['high']}], "
+              f"margin {v['margin']:.3g})")
     return 0
 
 
@@ -361,7 +394,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"doctor": _cmd_doctor, "data": _cmd_data, "train": _cmd_train, "scale": _cmd_scale,
-            "validate": _cmd_validate, "study": _cmd_study,
+            "validate": _cmd_validate, "study": _cmd_study, "warm-start": _cmd_warm,
             "simulate": _cmd_simulate, "reproduce": _cmd_reproduce, "lab": _cmd_lab}
 
 

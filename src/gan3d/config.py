@@ -24,22 +24,9 @@ import yaml
 
 from .exceptions import ConfigError
 
-__all__ = [
-    "DataConfig",
-    "TrainConfig",
-    "ScaleConfig",
-    "ValidationConfig",
-    "PipelineConfig",
-    "Config",
-    "PROFILES",
-    "resolve",
-    "parse_overrides",
-    "to_dict",
-    "from_dict",
-    "flatten",
-    "resolved_precision",
-    "TRAINING_AUTO",
-]
+__all__ = ["DataConfig", "TrainConfig", "ScaleConfig", "ValidationConfig", "StudyConfig",
+           "WarmConfig", "PipelineConfig", "Config", "PROFILES", "resolve", "parse_overrides",
+           "to_dict", "from_dict", "flatten", "resolved_precision", "TRAINING_AUTO"]
 
 PROFILES = ("quick", "paper", "study")
 
@@ -99,6 +86,10 @@ class TrainConfig:
     # its weights, optimiser states and BatchNorm statistics, with this run's workers, learning
     # rate rule, precision, seed and data (gan.checkpoints.fork). Epochs count on from its epoch.
     fork_from: str = ""
+    # shards: each rank shuffles its own shard (the paper's). global: one order of the whole set
+    # from the seed alone, step t of rank r of W takes global batch t W + r with draws keyed by it:
+    # W workers see what 1 worker sees, in order (the warm-start study's pairing; GlobalOrder).
+    data_order: Literal["shards", "global"] = "shards"
 
 
 @dataclass(frozen=True)
@@ -143,6 +134,24 @@ class StudyConfig:
 
 
 @dataclass(frozen=True)
+class WarmConfig:
+    """The warm-start equivalence study (:mod:`gan3d.convergence.warmstart`): configurations
+    forked from one checkpoint, paired by seed, against its first configuration (1 worker)."""
+
+    checkpoint: str = "studies/warm-start/epoch-0026.npz"
+    data_path: str = "data/learning-curve"  # the checkpoint's set, made from its own settings
+    seeds: int = 5
+    showers: int = 8192  # further training showers per run, all workers together
+    points: int = 4  # monitor evaluations per run
+    monitor_showers: int = 256  # per monitor energy
+    batch_size: int = 32  # per worker
+    learning_rate: float = 1e-3
+    configs: tuple[str, ...] = ("1w", "2w-linear", "1w-bf16", "2w-linear-k16", "2w-none")
+    output: str = "studies/warm_start.json"
+    workdir: str = "results/warm-start"
+
+
+@dataclass(frozen=True)
 class PipelineConfig:
     """The figure pipeline: where executed notebooks, results and figures go."""
 
@@ -162,6 +171,7 @@ class Config:
     scale: ScaleConfig = field(default_factory=ScaleConfig)
     validation: ValidationConfig = field(default_factory=ValidationConfig)
     study: StudyConfig = field(default_factory=StudyConfig)
+    warm: WarmConfig = field(default_factory=WarmConfig)
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
 
     def replace(self, **overrides: Any) -> "Config":
@@ -285,6 +295,9 @@ def _check(cfg: Config) -> None:
         (cfg.study.seeds >= 1 and cfg.study.points >= 1, "study.seeds and study.points >= 1"),
         (all(k >= 1 for k in cfg.study.sync_every) and all(n >= 2 for n in cfg.study.lr_workers),
          "study.sync_every needs counts >= 1 and study.lr_workers counts >= 2"),
+        (1 <= cfg.warm.seeds <= 10 and cfg.warm.points >= 2 and cfg.warm.showers >= 1,
+         "warm.seeds must be 1 to 10, warm.points at least 2 and warm.showers positive"),
+        (bool(cfg.warm.configs), "warm.configs needs at least the reference configuration"),
     ]
     for ok, message in rules:
         if not ok:
@@ -368,13 +381,10 @@ def lr_factor(train: TrainConfig, workers: int) -> float:
     return float(workers) if train.lr_rule == "linear" else math.sqrt(workers)
 
 
-# What ``train.precision: auto`` trains in, on every device: decided by the evidence, not by the
-# hardware. bfloat16 is not shown to train like float32 (studies/precision.json, the ledger's
-# ``bfloat16-like-float32``: inconclusive, the profile distance's 90 % interval above zero), so
-# auto trains in the precision the committed studies were made in; bfloat16 (3x the float32 rate
-# on a CPU with AMX, tensor cores on a GPU) and float16 stay one setting away. Inference
-# (``gan3d simulate``) keeps bfloat16 where the CPU has it: no training to spoil.
-# tests/test_claims.py ties this to the ledger's verdict.
+# What ``train.precision: auto`` trains in, on every device, decided by the evidence: bfloat16 is
+# not shown to train like float32 (the ledger's ``bfloat16-like-float32``), so auto trains in the
+# committed studies' precision; bfloat16 and float16 stay one setting away. Inference keeps
+# bfloat16 where the CPU has it. tests/test_claims.py ties this to the ledger's verdict.
 TRAINING_AUTO = "float32"
 
 

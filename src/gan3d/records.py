@@ -46,6 +46,7 @@ KINDS = {
     "interconnect": "Horovod all-reduce over emulated networks (bench/bench_interconnect.py)",
     "algorithms": "MPI all-reduce algorithms over emulated networks (bench/bench_algorithms.py)",
     "convergence": "N workers against one over seeds (gan3d study)",
+    "warm_start": "N workers against one from a warm start, paired by seed (gan3d warm-start)",
     "inference": "the generator's inference speed (bench/bench_inference.py)",
     "training": "the training step's rate and scaling efficiency (bench/bench_training.py)",
     "precision": "bfloat16 against float32 training over seeds (bench/bench_precision.py)",

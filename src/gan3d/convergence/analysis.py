@@ -34,7 +34,8 @@ from ..config import Config, to_dict
 from ..parallel.netns import PROFILES
 from ..scaling import perfmodel
 
-__all__ = ["MARGINS", "FINAL_POINTS", "final_values", "tost", "seeds_needed", "compare", "verdicts", "curves",
+__all__ = ["MARGINS", "FINAL_POINTS", "final_values", "tost", "paired_tost", "seeds_needed",
+           "paired_seeds_needed", "compare", "verdicts", "curves",
            "measure_communication", "communication_table", "reference_of"]
 
 FINAL_POINTS = 2
@@ -89,6 +90,46 @@ def tost(candidate: Sequence[float], reference: Sequence[float], margin: float) 
     else:
         verdict = "inconclusive"
     return dict(out, low=low, high=high, se=se, df=df, verdict=verdict)
+
+
+def paired_tost(candidate: Sequence[float], reference: Sequence[float], margin: float) -> dict:
+    """The paired test (seed by seed, ``candidate[i]`` with ``reference[i]``): the differences d,
+    their mean and standard deviation, the 90 % t interval of the mean (n - 1 degrees of
+    freedom), the verdict against +-``margin`` as in :func:`tost`, the correlation of the pairs
+    (how much the pairing cancelled) and :func:`paired_seeds_needed`."""
+    a, b = np.asarray(candidate, float), np.asarray(reference, float)
+    if len(a) != len(b):
+        raise ValueError(f"a paired test needs as many candidate as reference values "
+                         f"({len(a)} and {len(b)})")
+    d = a - b
+    out = {"n": len(d), "margin": margin, "mean": _mean(a), "sd": _sd(a), "ref_mean": _mean(b),
+           "ref_sd": _sd(b), "diff": _mean(d), "diff_sd": _sd(d)}
+    if len(d) < 2 or not np.isfinite(d).all():
+        return dict(out, low=float("nan"), high=float("nan"), verdict="too few seeds",
+                    corr=float("nan"), seeds_needed=float("nan"))
+    se = float(d.std(ddof=1)) / math.sqrt(len(d))
+    t = float(_stats.t.ppf(1 - ALPHA, len(d) - 1))
+    low, high = out["diff"] - t * se, out["diff"] + t * se
+    verdict = ("equivalent" if -margin < low and high < margin else
+               "different" if low > margin or high < -margin else "inconclusive")
+    both = a.std() > 0 and b.std() > 0
+    return dict(out, low=low, high=high, se=se, verdict=verdict,
+                corr=float(np.corrcoef(a, b)[0, 1]) if both else float("nan"),
+                seeds_needed=paired_seeds_needed(out["diff"], out["diff_sd"], margin))
+
+
+def paired_seeds_needed(diff: float, sd: float, margin: float, cap: int = 10_000) -> float:
+    """Seeds with which the paired interval would decide at the mean difference ``diff`` and
+    the spread ``sd`` seen: the least n with t(n - 1) sd / sqrt(n) < | margin - |diff| | (inside
+    the margin: equivalent; outside: different). NaN where |diff| = margin or a value is not
+    finite; ``cap`` + 1 for "more than ``cap``"."""
+    gap = abs(margin - abs(diff))
+    if not (math.isfinite(diff) and math.isfinite(sd) and gap > 0):
+        return float("nan")
+    for n in range(2, cap + 1):
+        if float(_stats.t.ppf(1 - ALPHA, n - 1)) * sd / math.sqrt(n) < gap:
+            return float(n)
+    return float(cap + 1)
 
 
 def seeds_needed(a: Sequence[float], b: Sequence[float], margin: float) -> float:

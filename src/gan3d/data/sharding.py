@@ -17,7 +17,8 @@ from ..exceptions import DataError
 from .calorimeter import CELL_THRESHOLD_GEV, NETWORK_SCALE, SHAPE
 from .files import ENERGY_RANGE, SLAB, count_showers, read_showers
 
-__all__ = ["preprocess", "shard_bounds", "eval_bounds", "ShardedShowers", "test_batches"]
+__all__ = ["preprocess", "shard_bounds", "eval_bounds", "ShardedShowers", "GlobalOrder",
+           "test_batches"]
 
 
 def preprocess(ecal_gev: np.ndarray, energy_gev: np.ndarray) -> dict[str, np.ndarray]:
@@ -191,6 +192,58 @@ class ShardedShowers:
         """A prefetching ``tf.data.Dataset`` of this rank's batches of epoch ``epoch``."""
         return _tf_dataset(lambda: self.iter_numpy(epoch), self.batch_size, self.n_batches,
                            self.prefetch)
+
+
+class GlobalOrder(ShardedShowers):
+    """``train.data_order = "global"``: the batches of one shuffled sequence of the whole set.
+
+    The sequence is the concatenation of passes, each a permutation of all N training showers
+    drawn from ``(seed, pass)`` alone - not the rank, not the worker count. Global batch g is
+    positions [g B, (g + 1) B); step i of epoch e (counted from ``origin``, a fork's first
+    epoch) on rank r of W takes g = ((e - origin) len(self) + i) W + r (:meth:`batch_index`).
+    A W-worker run thus takes in one step the showers a 1-worker run of the same seed and batch
+    takes in W steps, in the same order; training keys each step's latent and dropout draws by
+    g, so the draws match too (the pairing of the warm-start study). Every rank holds the whole
+    set in memory (62.5 kB per shower).
+    """
+
+    def __init__(self, files: Sequence, rank: int = 0, size: int = 1, batch_size: int = 32,
+                 seed: int = 0, *, max_batches: int | None = None, origin: int = 0,
+                 memory_limit: int = 6 << 30, prefetch: int = 2,
+                 energy_range: tuple[float, float] = ENERGY_RANGE,
+                 theta_window: Sequence[float] | None = None):
+        super().__init__(files, rank, size, batch_size, seed, max_batches=max_batches,
+                         memory_limit=memory_limit, prefetch=prefetch,
+                         energy_range=energy_range, theta_window=theta_window)
+        self.total, self.origin = sum(self.counts), origin
+        if self.total * int(np.prod(SHAPE)) * 4 > memory_limit:
+            raise DataError(f"train.data_order = 'global' holds all {self.total} training "
+                            f"showers on every rank ({self.total * 62.5e-6:.1f} GB), more than "
+                            f"{memory_limit / 2**30:.0f} GiB: use 'shards' or a smaller set")
+        self._perm: tuple[int, np.ndarray] | None = None
+
+    def batch_index(self, epoch: int, i: int) -> int:
+        """The global batch g that step ``i`` of ``epoch`` takes on this rank."""
+        return ((epoch - self.origin) * self.n_batches + i) * self.size + self.rank
+
+    def _pass(self, p: int) -> np.ndarray:
+        if self._perm is None or self._perm[0] != p:
+            self._perm = (p, np.random.default_rng([self.seed, p, 0x610BA1]).permutation(self.total))
+        return self._perm[1]
+
+    def positions(self, g: int) -> np.ndarray:
+        """Shower indices (into the whole set) of global batch ``g``."""
+        a, b = g * self.batch_size, (g + 1) * self.batch_size
+        return np.concatenate([self._pass(p)[max(a, p * self.total) - p * self.total:
+                                             min(b, (p + 1) * self.total) - p * self.total]
+                               for p in range(a // self.total, (b - 1) // self.total + 1)])
+
+    def iter_numpy(self, epoch: int) -> Iterator[dict[str, np.ndarray]]:
+        if self._cache is None:
+            self._cache = self._read(0, self.total)
+        for i in range(self.n_batches):
+            idx = np.sort(self.positions(self.batch_index(epoch, i)))
+            yield {k: v[idx] for k, v in self._cache.items()}
 
 
 def test_batches(files: Sequence, rank: int = 0, size: int = 1, batch_size: int = 32, *,

@@ -50,7 +50,7 @@ TRAJECTORY_KEYS = (
     "data.seed", "data.test_fraction", "train.batch_size", "train.learning_rate", "train.rho",
     "train.scale_lr", "train.lr_rule", "train.lr_warmup_epochs", "train.sync_every",
     "train.loss_weights", "train.label_flip", "train.precision", "train.cpu_layers",
-    "train.steps_per_epoch", "train.seed",
+    "train.steps_per_epoch", "train.seed", "train.data_order",
 )
 
 

@@ -73,6 +73,7 @@ from .local_sgd import LocalSync
 
 log = console.get_logger(__name__)
 
+_KEYED = 0x9E3779B9  # the epoch word of draws keyed by the global batch (data_order global)
 _MONITOR_SEED = 2024  # the monitors' latent vectors: the same every epoch and every run
 
 __all__ = ["TrainResult", "HISTORY_FIELDS", "train", "learning_rate", "read_history",
@@ -233,9 +234,12 @@ class _Loop:
         # A fork's learning-rate warm-up starts at the fork, not at its parent's first epoch.
         self.fork, self.origin = fork, (fork["epoch"] if fork else 0)
         t = cfg.train
-        self.data = sharding.ShardedShowers(train_files, world.rank, world.size, t.batch_size,
-                                            seed=t.seed, max_batches=t.steps_per_epoch or None,
-                                            theta_window=cfg.data.theta_window or None)
+        kind, extra = ((sharding.GlobalOrder, {"origin": self.origin})
+                       if t.data_order == "global" else (sharding.ShardedShowers, {}))
+        self.data = kind(train_files, world.rank, world.size, t.batch_size, seed=t.seed,
+                         max_batches=t.steps_per_epoch or None,
+                         theta_window=cfg.data.theta_window or None, **extra)
+        self.keyed = t.data_order == "global"  # draws keyed by the global batch, not the rank
         self.steps = len(self.data)
         self.sync = LocalSync(step, world, t.sync_every, str(out / "checkpoints"))
         self.test_files = test_files
@@ -278,6 +282,8 @@ class _Loop:
             t_batch = time.perf_counter()  # the input pipeline's share ends here
             lr = learning_rate(self.cfg, self.world.size, epoch - self.origin + i / self.steps)
             self.step.set_learning_rate(lr)
+            if self.keyed:
+                self.step.reseed(self.cfg.train.seed, self.data.batch_index(epoch, i), _KEYED)
             losses = np.asarray(self.step.train_step(batch, local=self.sync.active),
                                 dtype=np.float64)
             t_step = time.perf_counter()
