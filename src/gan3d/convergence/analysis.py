@@ -103,7 +103,7 @@ def paired_tost(candidate: Sequence[float], reference: Sequence[float], margin: 
                          f"({len(a)} and {len(b)})")
     d = a - b
     out = {"n": len(d), "margin": margin, "mean": _mean(a), "sd": _sd(a), "ref_mean": _mean(b),
-           "ref_sd": _sd(b), "diff": _mean(d), "diff_sd": _sd(d)}
+           "ref_sd": _sd(b), "diff": _mean(d), "diff_sd": _sd(d), "diffs": d.tolist()}
     if len(d) < 2 or not np.isfinite(d).all():
         return dict(out, low=float("nan"), high=float("nan"), verdict="too few seeds",
                     corr=float("nan"), seeds_needed=float("nan"))

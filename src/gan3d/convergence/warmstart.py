@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import inspect
 import re
 import shutil
 import time
@@ -147,9 +148,14 @@ def run_config(cfg: Config, run: WarmRun, start: dict | None = None) -> Config:
 
 
 def code_hash() -> str:
-    """The training code's hash (:func:`gan3d.convergence.plan.code_hash`) with this module's."""
+    """The version of what determines a run's numbers: the training code
+    (:func:`gan3d.convergence.plan.code_hash`) and this study's settings of a run
+    (:func:`parse`, :func:`run_config`) - not the analysis or the reports, which are
+    recomputed from the runs at every save."""
     h = hashlib.sha256(_training_hash().encode())
-    h.update(Path(__file__).read_bytes())
+    for fn in (parse, run_config):
+        h.update(inspect.getsource(fn).encode())
+    h.update(_NAME.pattern.encode())
     return h.hexdigest()[:16]
 
 
