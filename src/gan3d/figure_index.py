@@ -39,6 +39,9 @@ FIGURE_MAP = (
      "extends - physics monitors of the shipped reference generator against the showers it saw"),
     ("training_showers_reference",
      "extends - the shipped reference generator's showers (training budget in the panel titles)"),
+    ("training_warm_start",
+     "Sect. 6 - the paper's claim from a warm start (41,600 showers): 2 workers with lr x 2 and "
+     "other configurations against 1 worker, paired by seed (committed study)"),
     ("training_convergence",
      "Sect. 6 - the paper's claim with error bars: 1 vs N workers over seeds, equivalence tests "
      "(committed study, 1,024 showers per run)"),

@@ -210,6 +210,7 @@ def run_warm(cfg: Config, *, max_runs: int | None = None, until_decided: int = 0
     writing ``warm.output`` after each. ``until_decided``: before the next block, add seeds to
     a block (up to 10) until that many of its 8 quantities are decided."""
     from ..data.generate import generate_dataset
+    from ..scaling.energy import cpu_model
 
     out = resolve_path(cfg.warm.output)
     check_writable(out, allow_dirty)  # before hours of training, not after them
@@ -222,6 +223,8 @@ def run_warm(cfg: Config, *, max_runs: int | None = None, until_decided: int = 0
     results.update(warm=to_dict(cfg)["warm"], code_hash=code_hash(),
                    parent={k: v for k, v in start.items() if k not in ("config", "file")},
                    provenance=provenance({"profile": cfg.profile}),
+                   machine={"cpu_model": cpu_model(), "cores": runtime.cpu_count(),
+                            "bfloat16": runtime.cpu_has_bf16(), "avx512": _has_avx512()},
                    skipped={c: "this CPU has no bfloat16 (AVX512_BF16 or AMX)"
                             for c in cfg.warm.configs if not available(c)})
     generate_dataset(run_config(cfg, WarmRun(cfg.warm.configs[0], 0), start).data)
@@ -251,6 +254,13 @@ def run_warm(cfg: Config, *, max_runs: int | None = None, until_decided: int = 0
                      decided(results, cand), len(QUANTITIES), seeds)
             seeds += 1
     return results
+
+
+def _has_avx512() -> bool:
+    try:
+        return "avx512f" in Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+        return False
 
 
 def verdicts(results: dict, reference: str | None = None) -> list[dict]:

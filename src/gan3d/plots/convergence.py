@@ -15,7 +15,7 @@ import numpy as np
 from ..convergence import analysis
 from . import LABELS, colours, panels, styled
 
-__all__ = ["monitor_bands", "verdict_forest", "sync_frequency", "lr_rules"]
+__all__ = ["monitor_bands", "verdict_forest", "paired_forest", "sync_frequency", "lr_rules"]
 
 NAMES = {
     "profile_distance": "longitudinal-profile distance",
@@ -36,11 +36,11 @@ def label(config_id: str) -> str:
     text = f"{parts[0][:-1]} worker{'s' if parts[0] != '1w' else ''}"
     rules = {"linear": "lr x N", "none": "plain lr", "sqrt": "lr x sqrt N",
              "warmup": "lr x N, warm-up"}
-    if len(parts) > 1:
+    if len(parts) > 1 and parts[1] != "bf16":
         text += f", {rules.get(parts[1], parts[1])}"
-    if len(parts) > 2:
-        text += f", local SGD k={parts[2][1:]}"
-    return text
+    for part in parts[2:]:
+        text += f", local SGD k={part[1:]}" if part.startswith("k") else ""
+    return text + (", bfloat16" if config_id.endswith("-bf16") else "")
 
 
 @styled
@@ -98,6 +98,22 @@ def verdict_forest(rows: Sequence[dict], *, title: str = "", ax=None):
             ax.plot([], [], "-", color=colour, lw=2.5, label=verdict)
     ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.set_title(title or f"{LABELS['measured']}: equivalence tests (TOST, alpha 0.05)")
+    return fig
+
+
+@styled
+def paired_forest(rows: Sequence[dict], *, ax=None):
+    """:func:`verdict_forest` of a paired study (:func:`gan3d.convergence.analysis.paired_tost`
+    rows), with each seed's own difference (candidate - reference of that seed) as a dot."""
+    fig = verdict_forest(rows, ax=ax, title=f"{LABELS['measured']}: paired equivalence tests "
+                         "(the 90 % t interval of the per-seed differences)")
+    ax = fig.axes[0]
+    for i, r in enumerate(rows):
+        d = np.asarray(r.get("diffs") or [], float) / (r["margin"] or np.nan)
+        if d.size:
+            ax.plot(d, np.full(d.size, i + 0.22), ".", color="0.25", ms=3.5,
+                    label="one seed's difference" if i == 0 else None)
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return fig
 
 
