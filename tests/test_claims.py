@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from gan3d import claims
+from gan3d.claims import equivalence, registry, rules
 from gan3d.paths import repo_root
 
 ROOT = repo_root()
@@ -171,6 +172,39 @@ def test_a_study_that_decides_turns_the_verdict(tmp_path):
     path.write_text(json.dumps(p))
     after = _by_id(claims.ledger(root))["bfloat16-like-float32"]
     assert after["verdict"] == "reproduced" and after["needs"] == ""
+
+
+def test_every_claim_is_decided_by_a_rule_of_the_rule_modules():
+    assert registry.CLAIMS is claims.CLAIMS
+    assert all(c.decide.__module__ in (rules.__name__, equivalence.__name__) for c in claims.CLAIMS)
+
+
+def _paired(verdict, diff=0.0, margin=0.05, needed=7.0):
+    return {"candidate": "2w-linear", "reference": "1w", "monitor": f"m{diff}", "verdict": verdict,
+            "n": 3, "seeds": [0, 1, 2], "diff": diff, "diff_sd": 0.01, "margin": margin,
+            "low": diff - 0.01, "high": diff + 0.01, "seeds_needed": needed}
+
+
+def test_the_warm_start_claim_is_decided_by_the_paired_rows(tmp_path):
+    root = _root(tmp_path)
+    (root / "studies/warm_start.json").unlink(missing_ok=True)
+    missing = _by_id(claims.ledger(root))["n-workers-warm-start"]
+    assert missing["verdict"] == "inconclusive" and "studies/README.md" in missing["needs"]
+    body = {"kind": "warm_start", "schema": 1, "provenance": {"commit": None, "clean": None},
+            "parent": {"showers_seen": 41600}, "warm": {"showers": 8192}, "runs": {},
+            "verdicts": [_paired("equivalent") for _ in range(6)] + [_paired("inconclusive")] * 2}
+    _write(root, "studies/warm_start.json", body)
+    row = _by_id(claims.ledger(root))["n-workers-warm-start"]
+    assert row["verdict"] == "reproduced" and "paired by seed" in row["detail"]
+    body["verdicts"][:3] = [_paired("inconclusive", diff=0.03, needed=12.0)] * 3
+    _write(root, "studies/warm_start.json", body)
+    row = _by_id(claims.ledger(root))["n-workers-warm-start"]
+    # the paired rows' own counts, not the unpaired formula's: 12 seeds at 3 seeds each
+    assert row["verdict"] == "inconclusive" and "~12 (equivalent)" in row["needs"]
+    body["verdicts"][:2] = [_paired("different", diff=0.2)] * 2
+    _write(root, "studies/warm_start.json", body)
+    assert _by_id(claims.ledger(root))["n-workers-warm-start"]["verdict"] == "not reproduced"
+    assert "at 3 seeds per configuration" in _by_id(claims.ledger(root))["n-workers-warm-start"]["detail"]
 
 
 def test_auto_trains_in_bfloat16_only_once_the_ledger_says_it_trains_like_float32(monkeypatch):

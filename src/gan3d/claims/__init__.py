@@ -30,7 +30,7 @@ from .ledger import (BEGIN, END, evaluate, ledger, main, markdown, notebook_rows
                      summary_line, update_readme, write)
 from .outcome import KINDS, VERDICTS, Claim, Evidence, MissingEvidence, Outcome
 from .registry import CLAIMS
-from .rules import decide_equivalence, seeds_to_decide
+from .equivalence import decide_equivalence, seeds_to_decide
 
 __all__ = ["VERDICTS", "KINDS", "Claim", "Outcome", "Evidence", "MissingEvidence", "CLAIMS",
            "evaluate", "ledger", "markdown", "write", "notebook_rows", "summary_line",

@@ -32,7 +32,7 @@ def evaluate(claim: Claim, ev: Evidence) -> Outcome:
         return claim.decide(ev)
     except MissingEvidence as exc:
         return Outcome("inconclusive", "measured", "not measured in this run", "",
-                       f"{exc}: run `gan3d reproduce` (notebook {claim.notebook})")
+                       f"{exc}: {exc.how or f'run `gan3d reproduce` (notebook {claim.notebook})'}")
     except (KeyError, IndexError, TypeError, ValueError, ZeroDivisionError) as exc:
         files = ", ".join(ev.touched) or "its input"
         return Outcome("inconclusive", "measured", "not readable from this run's results", "",

@@ -16,7 +16,12 @@ KINDS = ("measured", "modelled", "estimated", "study")
 
 
 class MissingEvidence(LookupError):
-    """A results or studies file that a claim reads is absent or unreadable."""
+    """A results or studies file that a claim reads is absent or unreadable; ``how``: what makes
+    it, where that is not a run of the figures."""
+
+    def __init__(self, message: str, how: str | None = None):
+        super().__init__(message)
+        self.how = how
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +81,9 @@ class Evidence:
         try:
             data = json.loads(path.read_text())
         except FileNotFoundError:
-            raise MissingEvidence(f"{relpath} is missing") from None
+            how = ("a committed study: studies/README.md names the command that makes it"
+                   if relpath.startswith("studies/") else None)
+            raise MissingEvidence(f"{relpath} is missing", how) from None
         except (OSError, ValueError) as exc:
             raise MissingEvidence(f"{relpath} is unreadable ({type(exc).__name__}: {exc}); "
                                   "delete it and rerun the notebook that writes it") from None

@@ -105,8 +105,7 @@ def verdict_forest(rows: Sequence[dict], *, title: str = "", ax=None):
 def paired_forest(rows: Sequence[dict], *, ax=None):
     """:func:`verdict_forest` of a paired study (:func:`gan3d.convergence.analysis.paired_tost`
     rows), with each seed's own difference (candidate - reference of that seed) as a dot."""
-    fig = verdict_forest(rows, ax=ax, title=f"{LABELS['measured']}: paired equivalence tests "
-                         "(the 90 % t interval of the per-seed differences)")
+    fig = verdict_forest(rows, ax=ax, title=f"{LABELS['measured']}: paired tests, seed by seed")
     ax = fig.axes[0]
     for i, r in enumerate(rows):
         d = np.asarray(r.get("diffs") or [], float) / (r["margin"] or np.nan)

@@ -1,0 +1,121 @@
+"""The "A trains like B" claims: one rule over a study's 8 quantities (:func:`decide_equivalence`)
+applied to the convergence study, the precision study and the warm-start study, with the seeds
+an undecided quantity would need."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from .outcome import Evidence, MissingEvidence, Outcome
+from .rules import _pct
+
+__all__ = ["seeds_to_decide", "decide_equivalence", "n_like_one", "bf16", "local_sgd",
+           "warm_start"]
+
+
+def _convergence_rows(ev: Evidence, candidate: str, reference: str) -> list[dict]:
+    from ..convergence import analysis
+
+    study = ev.json("studies/convergence.json")
+    cmp = analysis.compare(study, candidate, reference)
+    return [{"monitor": k, **v} for k, v in cmp.items()]
+
+
+def seeds_to_decide(row: dict) -> float | None:
+    """Seeds per configuration at which the 90 % interval of ``row`` (a TOST row with ``diff``,
+    ``margin``, ``sd`` and ``ref_sd``) would decide, if the difference and the spread stayed as
+    measured: inside +-margin (equivalent) when |diff| < margin, outside it (different)
+    otherwise; n = 2 (1.645 s / | margin - |diff| |)^2 with the pooled standard deviation s. A
+    paired row (``diff_sd``) carries its own count, from the spread of the differences."""
+    if "diff_sd" in row:  # a paired row says it itself (analysis.paired_seeds_needed)
+        n = row.get("seeds_needed")
+        return float(n) if n is not None and math.isfinite(n) else None
+    try:
+        d, m = abs(float(row["diff"])), float(row["margin"])
+        s = math.sqrt((float(row["sd"]) ** 2 + float(row["ref_sd"]) ** 2) / 2)
+    except (KeyError, TypeError, ValueError):
+        return None
+    gap = abs(m - d)
+    if not (math.isfinite(s) and math.isfinite(gap)) or gap == 0:
+        return None
+    return float(max(2, math.ceil(2 * (1.645 * s / gap) ** 2)))
+
+
+def decide_equivalence(rows: list[dict], kind: str, label: str) -> Outcome:
+    """The rule of every "A trains like B" claim, over the study's 8 quantities: reproduced
+    when >= 6 are equivalent and none different; not reproduced when >= 2 are different;
+    otherwise inconclusive, with the seeds each undecided quantity would need."""
+    verdicts = [r["verdict"] for r in rows]
+    eq, diff = verdicts.count("equivalent"), verdicts.count("different")
+    undecided = [r for r in rows if r["verdict"] not in ("equivalent", "different")]
+    seeds = max((n for r in rows for n in np.atleast_1d(r.get("n", []))), default=0)
+    value = f"{eq} equivalent, {diff} different, {len(undecided)} inconclusive of {len(rows)}"
+    different = [r["monitor"] for r in rows if r["verdict"] == "different"]
+    excluded = [r["monitor"] for r in undecided if r.get("low", 0) > 0 or r.get("high", 0) < 0]
+    detail = f"{label}: {value} at {seeds} seeds per configuration"
+    if different:
+        detail += "; different: " + ", ".join(different)
+    if excluded:
+        detail += ("; the 90 % interval excludes zero, yet reaches inside the margin, for "
+                   + ", ".join(excluded))
+    if eq >= 6 and diff == 0:
+        verdict = "reproduced"
+    elif diff >= 2:
+        verdict = "not reproduced"
+    else:
+        verdict = "inconclusive"
+    need = ""
+    if verdict == "inconclusive":
+        parts = []
+        for r in undecided:
+            n = seeds_to_decide(r)
+            towards = "equivalent" if abs(r.get("diff", 0)) < r.get("margin", 0) else "different"
+            parts.append(f"{r['monitor']} ~{int(n)} ({towards})" if n else
+                         f"{r['monitor']} (no estimate)")
+        need = ("seeds per configuration to decide each undecided quantity, if its difference "
+                "and spread stay as measured: " + ", ".join(parts))
+    return Outcome(verdict, kind, value, detail, need, study=value,
+                   numbers={"equivalent": eq, "different": diff, "undecided": len(undecided),
+                            "seeds": seeds, "rows": [
+                                {**{k: r.get(k) for k in ("monitor", "verdict", "diff", "low",
+                                                          "high", "margin")},
+                                 "seeds_to_decide": seeds_to_decide(r)} for r in rows]})
+
+
+def n_like_one(ev: Evidence) -> Outcome:
+    rows = _convergence_rows(ev, "2w-linear", "1w")
+    return decide_equivalence(rows, "study", "2 workers (lr x 2) against 1 worker")
+
+
+def bf16(ev: Evidence) -> Outcome:
+    p = ev.json("studies/precision.json")
+    tost = p["comparison"]["tost"]
+    rows = [{"monitor": k, **v} for k, v in tost.items()]
+    return decide_equivalence(rows, "study", "bfloat16 against float32 (1 worker)")
+
+
+def local_sgd(ev: Evidence) -> Outcome:
+    c = ev.json("studies/convergence.json")
+    table = {r["k"]: r for r in c.get("communication_table", [])}
+    rows = _convergence_rows(ev, "2w-linear-k16", "2w-linear")
+    phys = decide_equivalence(rows, "study", "local SGD k = 16 against k = 1 (2 workers)")
+    saved = table.get(16, {}).get("measured saved")
+    comm = f"; communication saved at k = 16: {_pct(saved)} of the step (measured)" if saved else ""
+    return dataclasses.replace(phys, value=phys.value + comm, study=phys.value + comm,
+                               detail=phys.detail + ("; the saving is measured, the equal physics "
+                                                     "is what decides"))
+
+
+def warm_start(ev: Evidence) -> Outcome:
+    w = ev.json("studies/warm_start.json")
+    rows = [r for r in w.get("verdicts", []) if r["candidate"] == "2w-linear"]
+    if not rows:
+        raise MissingEvidence("studies/warm_start.json has no pair of 2-worker (lr x 2) and "
+                              "1-worker runs yet", "`gan3d warm-start` makes them")
+    par, cfg = w["parent"], w.get("warm", {})
+    return decide_equivalence(rows, "study", (
+        f"2 workers (lr x 2) against 1 worker, {cfg.get('showers', 0):,} showers per run forked "
+        f"from {par['showers_seen']:,} showers of training, paired by seed"))
