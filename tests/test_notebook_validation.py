@@ -14,8 +14,9 @@ import pytest
 
 from gan3d.data.calorimeter import sampling_fraction_fit
 from gan3d.gan import reference
+from gan3d.validation import study as validation
 
-from conftest import NOTEBOOKS
+from conftest import NOTEBOOKS, ROOT
 from figure_data import integral, one, panels, series, values
 
 pytestmark = [pytest.mark.notebook, pytest.mark.slow]
@@ -23,7 +24,8 @@ pytestmark = [pytest.mark.notebook, pytest.mark.slow]
 FIGURES = {"validation_check.png", "validation_metrics.png", "validation_sampling_fraction.png",
            "validation_ecal_sum.png", "validation_profiles.png", "validation_moments.png",
            "validation_hits_spectrum.png", "validation_energy_regression.png",
-           "validation_speed.png", "validation_profiles_per_bin.png", "validation_resolution.png"}
+           "validation_speed.png", "validation_profiles_per_bin.png", "validation_resolution.png",
+           "validation_long_runs.png"}
 
 
 def test_committed_without_outputs_and_with_parameters():
@@ -54,7 +56,7 @@ def test_notebook_runs_and_writes_figures(run_notebook, tmp_path):
                  labels=["1 worker", "2 workers"], n_showers=24, energy_bins=[100.0],
                  low_level=False, check_showers=320, sensitivity_sizes=[40, 80],
                  sensitivity_trials=3, figures_dir=str(figures),
-                 results_dir=str(results), speed_file=str(speed))
+                 results_dir=str(results), speed_file=str(speed), goal_showers=64)
     assert {p.name for p in figures.glob("*.png")} == FIGURES
     assert {p.name for p in (figures / "data").iterdir()} == {n[:-4] + ".json" for n in FIGURES}
     sens = json.loads((results / "sensitivity.json").read_text())
@@ -75,13 +77,33 @@ def test_notebook_runs_and_writes_figures(run_notebook, tmp_path):
     metrics = json.loads((results / "metrics.json").read_text())
     assert metrics["bins"] == ["inclusive", "100"]
     ref_label = reference.label()  # the shipped generator is validated too, by default
-    assert set(metrics["generators"]) == {"1 worker", "2 workers", ref_label}
+    # The long runs' newest checkpoints are validated beside them, named by their showers; their
+    # targets at 64 showers per energy with the monitors' latents are their history's last row.
+    long = {}
+    for path in ("studies/learning-curve", "studies/learning-curve-2w"):
+        rec = validation.checkpoint_record(validation.newest_checkpoint(ROOT / path))
+        w = rec["workers"]
+        long[f"{w} worker{'s' if w > 1 else ''}, long run ({rec['showers_seen']:,} showers)"] = rec
+    assert set(metrics["generators"]) == {"1 worker", "2 workers", *long, ref_label}
+    runs = json.loads((results / "long_runs.json").read_text())["runs"]
+    assert set(runs) == set(long)
+    for lab, rec in long.items():
+        assert runs[lab]["targets_met"] == rec["history"][-1]["mon_targets_met"]
+        assert runs[lab]["showers_seen"] == rec["showers_seen"] and runs[lab]["hours"] > 0
+        assert runs[lab]["goal_met"] == (runs[lab]["targets_met"] >= 18 and runs[lab]["fpd"] <= 5
+                                         and runs[lab]["worst_resolution_ratio"] <= 1.5)
+    (curves_ax, *_) = panels(figures, "validation_long_runs.png")
+    lines = [s for s in series(curves_ax, "line") if s["label"] in long]
+    assert [s["label"] for s in lines] == list(long)
+    for s_ in lines:  # every evaluation of the run, targets met as its history says
+        rows = [r for r in long[s_["label"]]["history"] if r.get("mon_targets_met") is not None]
+        assert values(s_, "y").tolist() == [r["mon_targets_met"] for r in rows]
     assert metrics["generators"][ref_label]["checkpoint"] == "reference"
     head = json.loads((results / "headline.json").read_text())
     assert head["inclusive"]["1 worker"]["auc_high"] > 0.9  # untrained: told apart at once
     assert head["validator_check"]["20% wider"]["S(x variance)"] > 0.5
     # What each figure draws. The samples: the reference showers, then the generators.
-    labels = ["reference", "1 worker", "2 workers", ref_label]
+    labels = ["reference", "1 worker", "2 workers", *long, ref_label]
     _validator_check(panels(figures, "validation_check.png"), head["validator_check"])
     _metric_overview(panels(figures, "validation_metrics.png"), metrics, labels)
     _sampling_fraction(panels(figures, "validation_sampling_fraction.png"), labels)
@@ -89,7 +111,7 @@ def test_notebook_runs_and_writes_figures(run_notebook, tmp_path):
     _profiles(panels(figures, "validation_profiles.png"), labels)
     _profiles_per_bin(panels(figures, "validation_profiles_per_bin.png"), labels)
     _resolution(panels(figures, "validation_resolution.png"), labels)
-    _energy_regression(panels(figures, "validation_energy_regression.png"), ref_label)
+    _energy_regression(panels(figures, "validation_energy_regression.png"), labels[1:])
     (speed_ax,) = panels(figures, "validation_speed.png")
     bars = one(speed_ax, "bars")
     assert bars["orientation"] == "horizontal" and bars["values"] == [50, 900]  # speed_file's
@@ -159,7 +181,7 @@ def _normalised(ax, labels):
     """Histograms of one feature for every sample, each normalised to unit area."""
     hists = series(ax, "histogram")
     assert [h["label"] for h in hists] == labels
-    assert [h["filled"] for h in hists] == [True, False, False, False]  # the reference filled
+    assert [h["filled"] for h in hists] == [True] + [False] * (len(labels) - 1)  # the reference filled
     for h in hists:  # (to the digits of the bin edges: a barycentre's bins are narrow and far from 0)
         assert integral(h) == pytest.approx(1.0, rel=2e-3)
     assert ax["ylabel"] == "showers (normalised)"
@@ -230,14 +252,14 @@ def _resolution(axes, labels):
     assert band["label"] == "reference" and values(band, "x").tolist() == [100]
     points = series(top, "errorbar")
     assert [p["label"] for p in points] == labels[1:]  # one bin: no fit in the legend
-    assert [p["n"] for p in points] == [1, 1, 1] and len(series(bottom, "errorbar")) == 3
+    assert [p["n"] for p in points] == [1] * len(points) and len(series(bottom, "errorbar")) == len(points)
     assert np.all(values(points[0], "y_low") < values(points[0], "y"))
 
 
-def _energy_regression(axes, ref_label):
+def _energy_regression(axes, generators):
     """One panel per generator with a discriminator; D's regressed energy against the true one,
     on the generator's showers (24 per sample) and on the reference showers."""
-    assert [a["title"] for a in axes] == ["1 worker", "2 workers", ref_label]
+    assert [a["title"] for a in axes] == list(generators)
     for a in axes:
         assert (a["xlabel"], a["ylabel"]) == ("true $E_p$ (GeV)", "regressed $E_p$ (GeV)")
         gan = one(a, "scatter", "D on GAN showers")

@@ -50,6 +50,9 @@ FIGURE_MAP = (
      "convergence (committed study)"),
     ("training_lr_rules", "extends - learning-rate rules for larger global batches (committed study)"),
     ("training_", "Sect. 6 - convergence of 1 vs N workers (text claim, no figure in the paper)"),
+    ("validation_long_runs",
+     "Sect. 6 - the paper's claim at a physics budget: the 1- and 2-worker long runs' learning "
+     "curves, validated beside the other generators"),
     ("data_", "extends - the training data (no figure in the paper)"),
     ("validation_", "extends - physics validation as in 3DGAN's own papers"),
     ("concepts_", "teaches - ring all-reduce, data parallelism, lr scaling, Amdahl (Sect. 4-6)"),

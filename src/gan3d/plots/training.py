@@ -17,7 +17,8 @@ from matplotlib.ticker import MaxNLocator
 from ..validation.monitors import MONITOR_ENERGIES, TARGETS
 from . import LABELS, colours, panels, styled
 
-__all__ = ["loss_curves", "epoch_times", "shower_comparison", "monitor_curves", "run_label"]
+__all__ = ["loss_curves", "epoch_times", "shower_comparison", "monitor_curves", "run_label",
+           "runs_learning_curves"]
 
 _PARTS = {"loss": "weighted total", "bce": "real/fake BCE", "aux": "energy MAPE (%)",
           "ecal": "ECAL-sum MAPE (%)"}
@@ -168,4 +169,34 @@ def monitor_curves(rows: Sequence[dict], *, energies: Sequence[float] = MONITOR_
     np.ravel(axes)[0].legend(fontsize="x-small")
     if title:
         fig.suptitle(title, fontsize=9)
+    return fig
+
+
+_RUN_PANELS = {"mon_targets_met": "targets met (of 20)",
+               "profile_distance": "longitudinal-profile distance",
+               "sampling_fraction": "|sampling-fraction deviation|",
+               "ecal_sum_spread": "|ECAL-sum spread deviation|"}
+
+
+@styled
+def runs_learning_curves(runs: Mapping[str, Sequence[dict]], *, ax=None):
+    """Several runs' physics monitors against the training showers seen (all workers): per
+    evaluation, the targets met and the mean over the monitor energies of each deviation
+    (:func:`gan3d.convergence.plan.summarise_history`), one colour per run (``ax``: 1 x 4)."""
+    from ..convergence.plan import summarise_history
+
+    fig, axes = panels(ax, 1, len(_RUN_PANELS), width=15.0, height=3.6)
+    for colour, (label, rows) in zip(colours(len(runs)), runs.items()):
+        rows = [r for r in summarise_history(list(rows)) if r.get("mon_targets_met") is not None]
+        x = np.array([r["showers_seen"] for r in rows], float)
+        for a, name in zip(np.ravel(axes), _RUN_PANELS):
+            a.plot(x, [r[name] for r in rows], "-", lw=1.2, color=colour, label=label)
+    for a, (name, text) in zip(np.ravel(axes), _RUN_PANELS.items()):
+        a.set_title(text, fontsize=9)
+        a.set_xlabel("training showers seen (all workers)")
+        if name in TARGETS:
+            a.axhline(TARGETS[name][1], color="#009E73", ls="--", lw=0.8, label="target")
+    np.ravel(axes)[0].legend(fontsize="x-small")
+    fig.suptitle(f"{LABELS['measured']}: the physics monitors of each epoch (64 showers per "
+                 "monitor energy)", fontsize=9)
     return fig

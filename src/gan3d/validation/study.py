@@ -29,7 +29,8 @@ from . import metrics, physics
 
 __all__ = [
     "Showers", "Summary", "Validation", "bin_keys", "energy_sets", "reference_pair", "summarise",
-    "compare", "load_networks", "validate", "distortion_check", "headline", "metric_value",
+    "compare", "load_networks", "newest_checkpoint", "networks_from_checkpoint",
+    "checkpoint_record", "validate", "distortion_check", "headline", "metric_value",
     "metrics_table", "resolution_table",
 ]
 
@@ -173,12 +174,62 @@ def load_networks(folder) -> tuple[object, object | None]:
         return reference.load(discriminator=True)
     folder = Path(folder)
     gen_path = folder / "generator.keras"
+    found = newest_checkpoint(folder)
+    if found is not None and not gen_path.is_file():
+        return networks_from_checkpoint(found)
     if not gen_path.is_file():
         raise CheckpointError(f"checkpoint folder {folder} has no generator.keras; train into it "
                               "first (`gan3d train`) or remove it from the list of checkpoints")
     disc_path = folder / "discriminator.keras"
     disc = model.load_discriminator(disc_path) if disc_path.is_file() else None
     return model.load_generator(gen_path), disc
+
+
+def newest_checkpoint(path) -> Path | None:
+    """A checkpoint file itself, or the newest ``epoch-NNNN.npz`` of a folder (or of its
+    ``checkpoints/``); None if there is none."""
+    from ..gan.checkpoints import all_checkpoints
+
+    path = Path(path)
+    if path.is_file() and path.suffix == ".npz":
+        return path
+    found = all_checkpoints(path) or all_checkpoints(path / "checkpoints")
+    return found[-1] if found else None
+
+
+def networks_from_checkpoint(path) -> tuple[object, object]:
+    """G and D (float32) with the weights and BatchNorm statistics of a training checkpoint
+    (:mod:`gan3d.gan.checkpoints`: G's variables, then D's, then the optimisers'), shapes
+    checked, without building the training step."""
+    from ..gan import model  # imports TensorFlow
+    from ..gan.checkpoints import load_checkpoint
+    from ..gan.losses import is_seed
+
+    meta, arrays = load_checkpoint(path)
+    g, d = model.build_generator(), model.build_discriminator()
+    variables = [v for net in (g, d) for v in net.variables if not is_seed(v)]
+    if len(arrays) < len(variables):
+        raise CheckpointError(f"checkpoint {path} holds {len(arrays)} variables, fewer than the "
+                              f"3DGAN's {len(variables)}: it was written by another model")
+    for v, (name, shape, _), a in zip(variables, meta["variables"], arrays):
+        if tuple(shape) != tuple(v.shape):
+            raise CheckpointError(f"checkpoint {path}: variable {name} has shape {tuple(shape)}, "
+                                  f"the 3DGAN's {v.path} has {tuple(v.shape)}")
+        v.assign(a)
+    return g, d
+
+
+def checkpoint_record(path) -> dict:
+    """What a checkpoint says of its run: epoch, workers, showers seen, precision, the history
+    and provenance (no weights loaded)."""
+    from ..gan.checkpoints import load_checkpoint
+
+    meta, _ = load_checkpoint(path)
+    hist = meta["history"]
+    return {"path": str(path), "epoch": meta["epoch"], "workers": meta.get("workers", 1),
+            "showers_seen": hist[-1]["showers_seen"] if hist else 0,
+            "precision": hist[-1].get("precision") if hist else None, "history": hist,
+            "provenance": meta.get("provenance"), "fork": meta.get("fork")}
 
 
 def _discriminate(disc, s: Showers, limit: int = 200) -> dict[str, np.ndarray]:
