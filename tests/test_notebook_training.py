@@ -19,6 +19,13 @@ FIGURES = ("training_loss_curves.png", "training_epoch_times.png", "training_sho
            "training_learning_curve.png", "training_showers_reference.png",
            "training_convergence_curves.png", "training_convergence_verdicts.png",
            "training_sync_frequency.png", "training_lr_rules.png")
+# Section 6's, drawn once the warm-start study has committed runs
+WARM = ("training_warm_start_curves.png", "training_warm_start_verdicts.png")
+
+
+def _warm_runs() -> dict:
+    path = ROOT / "studies" / "warm_start.json"
+    return json.loads(path.read_text())["runs"] if path.is_file() else {}
 
 
 def test_notebook_02_is_committed_without_outputs_and_parameterised():
@@ -53,8 +60,9 @@ def test_notebook_02_trains_one_and_two_workers(run_notebook, tmp_path):
         {"runs": {"1w-s0": {"config_id": "1w", "code_hash": "0123456789abcdef", "rows": []}}}))
     out = run_notebook("02_distributed_training.ipynb", profile="quick", overrides=tiny, workers=2,
                  jax_workers=2 if _has_jax() else 0, epochs=2, energies=[100.0], figures_dir=str(figs), results_dir=str(res))
-    assert {p.name for p in figs.glob("*.png")} == set(FIGURES)
-    assert {p.name for p in (figs / "data").iterdir()} == {n[:-4] + ".json" for n in FIGURES}
+    expected = set(FIGURES) | (set(WARM) if _warm_runs() else set())
+    assert {p.name for p in figs.glob("*.png")} == expected
+    assert {p.name for p in (figs / "data").iterdir()} == {n[:-4] + ".json" for n in expected}
     summary = json.loads((res / "training_summary.json").read_text())
     assert summary["workers"] == 2 and summary["epochs"] == 2
     assert summary["config"]["train"]["batch_size"] == 2 and summary["provenance"]["gan3d"]
@@ -124,6 +132,48 @@ def test_notebook_02_trains_one_and_two_workers(run_notebook, tmp_path):
              ref["label"])
     _learning_curve(described(figs, "training_learning_curve.png"), ref["label"])
     _convergence(figs, committed, [v for v in study["verdicts"] if v["block"] == "eq"])
+    _warm_start(figs, summary["warm_start"], shown)
+
+
+def _warm_start(figs, shown_summary, shown):
+    """Section 6 draws the committed warm-start study: each comparison's interval is the t
+    interval of the per-seed differences of the runs' final values, computed here again."""
+    from scipy import stats
+
+    from gan3d.convergence.analysis import FINAL_POINTS, MARGINS
+    from gan3d.plots.convergence import NAMES, label
+
+    runs = _warm_runs()
+    made = {p.name for p in figs.glob("training_warm_start_*.png")}
+    if not runs:
+        assert made == set() and "holds no runs yet" in shown
+        return
+    assert made == set(WARM)
+    assert shown_summary["runs"] == sorted(runs)
+    rows = shown_summary["verdicts"]
+    (forest,) = panels(figs, "training_warm_start_verdicts.png")
+    assert forest["yticks"]["labels"] == [f"{label(r['candidate'])}: {NAMES[r['monitor']]}"
+                                          for r in rows]
+    final = lambda rid, m: np.mean([x[m] for x in runs[rid]["rows"] if x.get(m) is not None][-FINAL_POINTS:])  # noqa: E731
+    for i, r in enumerate(rows):
+        d = np.array([final(f"{r['candidate']}-s{s}", r["monitor"]) - final(f"1w-s{s}", r["monitor"])
+                      for s in r["seeds"]])
+        assert r["diffs"] == pytest.approx(d.tolist(), rel=1e-9, abs=1e-12)
+        margin, kind = MARGINS[r["monitor"]]
+        if kind == "rel":
+            margin *= abs(np.mean([final(f"1w-s{s}", r["monitor"]) for s in r["seeds"]]))
+        assert r["margin"] == pytest.approx(margin)
+        if len(d) < 2:
+            assert r["verdict"] == "too few seeds"
+            continue
+        lo, hi = stats.t.interval(0.90, len(d) - 1, loc=d.mean(), scale=stats.sem(d))
+        assert (r["low"], r["high"]) == pytest.approx((lo, hi), rel=1e-6)
+        assert r["verdict"] == _tost(r)
+        at_row = [s for s in series(forest, "line") if s["n"] == 2 and values(s, "y").tolist() == [i, i]]
+        assert values(at_row[0], "x") == pytest.approx([lo / r["margin"], hi / r["margin"]], rel=1e-6)
+        dots = [s for s in series(forest, "line") if s["n"] == len(d) and
+                np.allclose(values(s, "y"), i + 0.22)]
+        assert values(dots[0], "x") == pytest.approx(d / r["margin"], rel=1e-6)
 
 
 def _tost(v: dict) -> str:
