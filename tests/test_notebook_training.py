@@ -132,7 +132,7 @@ def test_notebook_02_trains_one_and_two_workers(run_notebook, tmp_path):
              ref["label"])
     _learning_curve(described(figs, "training_learning_curve.png"), ref["label"])
     _convergence(figs, committed, [v for v in study["verdicts"] if v["block"] == "eq"])
-    _warm_start(figs, summary["warm_start"], shown)
+    _warm_start(figs, summary["convergence"]["warm_start"], shown)
 
 
 def _warm_start(figs, shown_summary, shown):
