@@ -52,6 +52,7 @@ from ..records import check_writable, stamp, write
 from . import analysis
 from .plan import code_hash as _training_hash
 from .plan import summarise_history
+from .study import _finite
 
 log = console.get_logger(__name__)
 
@@ -292,15 +293,6 @@ def _save(out: Path, results: dict, cfg: Config, allow_dirty: bool) -> None:
     write(ensure_dir(out.parent) / out.name, stamp(results, "warm_start"),
           allow_dirty=allow_dirty)
 
-
-def _finite(value):
-    if isinstance(value, float):
-        return value if np.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    return value
 
 
 def status(cfg: Config, results: dict | None = None) -> dict:
