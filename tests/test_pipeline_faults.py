@@ -269,6 +269,33 @@ def test_a_run_ended_inside_a_notebook_publishes_nothing_and_is_redone(project, 
     assert DATA_NB in read_state(results / "pipeline" / "state.json")
 
 
+@pytest.mark.notebook
+@pytest.mark.parametrize("interrupted", [False, True], ids=["on-its-own", "after-ctrl-c"])
+def test_a_kernel_that_dies_fails_its_notebook_by_name_or_is_the_interrupt(project, interrupted):
+    """A kernel killed from outside (here: by its own cell) is a named failure, not nbclient's
+    traceback; after Ctrl-C (which signals the kernel too) its death is the interrupt."""
+    from gan3d import pipeline
+
+    nb = nbformat.read(project / "notebooks" / DATA_NB, as_version=4)
+    nb.cells[1].source = "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)"
+    nbformat.write(nb, project / "notebooks" / DATA_NB)
+    if interrupted:
+        pipeline.RUNNING["interrupted"] = True
+    try:
+        if interrupted:
+            with pytest.raises(KeyboardInterrupt):
+                _run(project, only=["data"])
+        else:
+            rec = _run(project, only=["data"]).records[0]
+            assert rec.status == "failed", rec
+            assert f"{DATA_NB} failed as its kernel died" in rec.error
+            assert "partly executed notebook is kept at" in rec.error
+    finally:
+        pipeline.RUNNING.pop("interrupted", None)
+    assert DATA_NB not in read_state(project / "results" / "pipeline" / "state.json")
+    assert not (project / "figures" / "data_fig.png").exists()
+
+
 # ---------------------------------------------------------------------------------------------
 # 4. Energies outside those a generator was trained on
 

@@ -336,6 +336,7 @@ def _bounded_interrupt(command: str, running: dict, grace: float = 30.0) -> None
         os._exit(130)
 
     def on_sigint(signum, frame):
+        running["interrupted"] = True  # whatever ends the notebook now, it was the interrupt
         if not timer.is_alive():
             timer.start()
         raise KeyboardInterrupt

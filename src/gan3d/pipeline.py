@@ -92,6 +92,7 @@ def run_notebook(source: str | Path, output: str | Path, parameters: Mapping[str
     progress bar (cell i of n, elapsed time).
     """
     import papermill as pm  # imported when a notebook runs: it loads Jupyter's machinery
+    from nbclient.exceptions import DeadKernelError
     from papermill.exceptions import PapermillExecutionError
 
     apply_process_defaults()  # kernels and MPI engines inherit PATH and the Open MPI settings
@@ -107,11 +108,12 @@ def run_notebook(source: str | Path, output: str | Path, parameters: Mapping[str
             language="python", cwd=str(cwd) if cwd else None, progress_bar=bar,
             request_save_on_cell_execute=True, execution_timeout=timeout, start_timeout=120,
         )
-    except PapermillExecutionError as exc:
-        raise NotebookFailed(
-            f"{source.name} failed in cell {exc.exec_count} ({exc.ename}: {exc.evalue}); "
-            f"the partly executed notebook is kept at {output}"
-        ) from None
+    except (PapermillExecutionError, DeadKernelError) as exc:
+        why = (f"in cell {exc.exec_count} ({exc.ename}: {exc.evalue})"
+               if isinstance(exc, PapermillExecutionError) else
+               "as its kernel died (killed from outside, or out of memory)")
+        raise NotebookFailed(f"{source.name} failed {why}; the partly executed notebook is "
+                             f"kept at {output}") from None
     return output
 
 
@@ -227,7 +229,7 @@ def _publish(staging: Path, figures: Path) -> list[str]:
 
 
 LOCK = "reproduce.lock"  # in <results>/pipeline/
-RUNNING: dict[str, str] = {}  # the notebook this process is running, if any
+RUNNING: dict = {}  # the notebook this process is running, if any; "interrupted" after Ctrl-C
 
 
 @contextlib.contextmanager
@@ -359,13 +361,14 @@ class _Run:
                          params, cwd=repo_root(), kernel=self.cfg.pipeline.kernel,
                          timeout=self.cfg.pipeline.cell_timeout,
                          progress=step.notebook.split(".")[0])
-        except NotebookFailed as exc:
-            log.error("%s; figures in %s were left as they were", exc, self.figures)
-            return StepRecord(step.notebook, "failed", time.monotonic() - t0, [], key, str(exc))
-        except KeyboardInterrupt:
+        except (NotebookFailed, KeyboardInterrupt) as exc:
+            # Ctrl-C signals the kernel too: its death may come first, and is the interrupt then
+            if isinstance(exc, NotebookFailed) and not RUNNING.get("interrupted"):
+                log.error("%s; figures in %s were left as they were", exc, self.figures)
+                return StepRecord(step.notebook, "failed", time.monotonic() - t0, [], key, str(exc))
             log.warning("%s interrupted: none of its figures was published, %s is as it was, "
                         "and the next run redoes it", step.notebook, self.figures)
-            raise
+            raise KeyboardInterrupt from None
         names = _publish(staging, self.figures)
         rec = StepRecord(step.notebook, "ran", time.monotonic() - t0, names, key)
         self.state[step.notebook] = {"key": key, "figures": names, "seconds": rec.seconds,
@@ -392,9 +395,8 @@ def read_state(path: Path) -> dict[str, dict]:
                     "next runs, and the file rewritten", path, exc)
         return {}
     if not isinstance(state, dict):
-        log.warning("%s holds a JSON %s, not the pipeline's state: taken as absent, so each "
-                    "notebook is redone when it next runs, and the file rewritten", path,
-                    type(state).__name__)
+        log.warning("%s holds a JSON %s, not the pipeline's state: taken as absent, so each notebook "
+                    "is redone when it next runs, and the file rewritten", path, type(state).__name__)
         return {}
     good = {nb: e for nb, e in state.items() if isinstance(e, dict) and all(
         isinstance(e.get(k), t) for k, t in _ENTRY.items())
@@ -412,9 +414,7 @@ def _now() -> str:
 def _write_provenance(results: Path, cfg: Config, summary: PipelineSummary) -> None:
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     write_json(results / "pipeline" / f"run-{stamp}.json", provenance({
-        "config": to_dict(cfg),
-        "steps": [dataclasses.asdict(r) for r in summary.records],
-        "seconds": summary.seconds,
-    }))
+        "config": to_dict(cfg), "steps": [dataclasses.asdict(r) for r in summary.records],
+        "seconds": summary.seconds}))
 
 
