@@ -152,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     import keras
 
     from gan3d.gan.jax.backend import BACKEND as jax_backend
+    from gan3d.gan.backend_check import fingerprint
     from gan3d.gan.model import save_discriminator, save_generator, step_flops
 
     records.check_writable(Path(opts.output) / "device_check.json", opts.allow_dirty)
@@ -256,6 +257,8 @@ def main(argv: list[str] | None = None) -> int:
         final = _monitors(step, opts.monitor_showers)
         report["training"]["final_monitors"] = final
         report["generator"] = str(save_generator(step.g, out / "generator.keras"))
+        # what the saved generator computes here, for a check in another backend
+        report["generator_fingerprint"] = fingerprint(step.g)
         report["discriminator"] = str(save_discriminator(step.d, out / "discriminator.keras"))
         log.info("%d steps, %d showers in %.0f s; targets met %d of %d; saved %s", steps, seen,
                  trained, final["mon_targets_met"], final["mon_targets"], report["generator"])

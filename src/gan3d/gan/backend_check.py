@@ -25,9 +25,29 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["inputs", "compare", "main"]
+__all__ = ["inputs", "compare", "fingerprint", "main"]
 
 LATENT = 200
+
+
+def fingerprint(generator, energies_gev=(100.0, 400.0), seed: int = 1) -> dict:
+    """What a generator computes, in numbers another backend can check: per shower, the sums of
+    the output before the final ReLU (``conv4``), of its absolute value and of the shower (GeV),
+    for the latents of ``energies_gev`` and ``seed`` (:func:`gan3d.gan.model.latent_vectors`).
+    The pre-ReLU numbers are what make it a check: a briefly trained generator may put out zeros
+    everywhere (a dead final ReLU), and zeros equal zeros on any backend."""
+    import keras
+
+    from .model import ECAL_SCALE, latent_vectors
+
+    latent = latent_vectors(energies_gev, seed, int(generator.input_shape[-1]))
+    pre = keras.Model(generator.input, generator.get_layer("relu").input)
+    x = keras.ops.convert_to_numpy(pre(latent, training=False))[..., 0].astype(np.float64)
+    axes = tuple(range(1, x.ndim))
+    return {"energies_gev": [float(e) for e in np.ravel(energies_gev)], "seed": int(seed),
+            "pre_relu_sum": x.sum(axis=axes).tolist(),
+            "pre_relu_abs_sum": np.abs(x).sum(axis=axes).tolist(),
+            "shower_sum_gev": (np.maximum(x, 0).sum(axis=axes) / ECAL_SCALE).tolist()}
 
 
 def inputs(steps: int, batch: int, seed: int = 11) -> tuple[list[dict], list[dict]]:
