@@ -240,6 +240,31 @@ def test_a_clean_tree_writes_studies_and_its_new_untracked_files_do_not_block_th
     assert json.loads(target.read_text())["rows"] == [2]
 
 
+def test_a_committed_study_file_may_be_rewritten_by_its_study_but_another_change_refuses(repo):
+    """A resumable study rewrites its own committed file after every run: that file's changes
+    are its output and leave the tree clean; a change to any other tracked file does not."""
+    target = repo / "studies" / "x.json"
+    other = repo / "studies" / "y.json"
+    body = lambda rows: records.record("inference", {"rows": rows},  # noqa: E731
+                                       provenance=provenance(repo=repo, exclude=(target,)))
+    records.write(target, body([1]))
+    other.write_text("{}\n")
+    _git(repo, "add", "studies")
+    _git(repo, "commit", "-q", "-m", "the study so far")
+    records.write(target, body([1, 2]))  # the first run's write of this session
+    assert git_state(repo).clean is False  # the file did change...
+    assert git_state(repo, exclude=(target,)).clean is True  # ...and nothing else
+    records.write(target, body([1, 2, 3]))  # the second: refused before this change
+    saved = json.loads(target.read_text())
+    assert saved["rows"] == [1, 2, 3] and saved["provenance"]["clean"] is True
+    other.write_text('{"edited": true}\n')  # another study file changed by hand
+    with pytest.raises(UncommittedChanges, match="commit first"):
+        records.write(target, body([4]))
+    assert json.loads(target.read_text())["rows"] == [1, 2, 3]
+    # a path outside the repository excludes nothing and breaks nothing
+    assert git_state(repo, exclude=(repo.parent / "elsewhere.json",)).clean is False
+
+
 def _tripwire(*args, **kwargs):
     raise AssertionError("the guard let a write into studies/ from a changed tree through")
 

@@ -152,14 +152,17 @@ def _git(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10)
 
 
-def git_state(repo: str | os.PathLike | None = None) -> GitState:
+def git_state(repo: str | os.PathLike | None = None, *,
+              exclude: tuple[str | os.PathLike, ...] = ()) -> GitState:
     """The commit and cleanliness of ``repo`` (default: the checkout gan3d runs from).
 
     Outside a checkout (an installed wheel, a copy made with ``git archive``, no git at all)
     commit and clean are None and ``source`` says why. gan3d's own checkout counts only when it
     tracks this very file: a wheel installed in a virtual environment that happens to lie inside
     some repository is not a checkout of that repository. Changes under :data:`GENERATED`
-    (the published figures) do not count against ``clean``.
+    (the published figures) do not count against ``clean``, nor do changes to the files of
+    ``exclude``: the output a resumable study rewrites into its own tracked file is that study's
+    result, not a change to the code that makes it (else its second write would be refused).
     """
     cwd = Path(repo) if repo is not None else Path(__file__).resolve().parent
     try:
@@ -173,13 +176,27 @@ def git_state(repo: str | os.PathLike | None = None) -> GitState:
             return GitState(None, None, "not a git checkout (gan3d is installed inside a "
                                         "repository that does not track it)")
         status = _git(["status", "--porcelain", "--untracked-files=no", "--", ":/",
-                       *(f":(top,exclude){g}/" for g in GENERATED)], cwd)
+                       *(f":(top,exclude){g}/" for g in GENERATED),
+                       *_excluded(exclude, cwd)], cwd)
     except FileNotFoundError:
         return GitState(None, None, "not a git checkout (git is not installed)")
     except (OSError, subprocess.SubprocessError) as exc:
         return GitState(None, None, f"git could not be asked ({type(exc).__name__})")
     clean = None if status.returncode != 0 else not status.stdout.strip()
     return GitState(head.stdout.strip(), clean, "git checkout")
+
+
+def _excluded(paths: tuple, cwd: Path) -> list[str]:
+    """Pathspecs excluding ``paths`` that lie inside the repository of ``cwd`` (git refuses a
+    pathspec outside it)."""
+    if not paths:
+        return []
+    top = _git(["rev-parse", "--show-toplevel"], cwd)
+    if top.returncode != 0:
+        return []
+    root = Path(top.stdout.strip()).resolve()
+    return [f":(top,exclude){p.relative_to(root).as_posix()}" for p in
+            (Path(x).absolute().resolve() for x in paths) if p.is_relative_to(root)]
 
 
 def git_commit(cwd: str | os.PathLike | None = None) -> str | None:
@@ -213,9 +230,11 @@ def _version(module: str) -> str | None:
 
 
 def provenance(extra: dict[str, Any] | None = None, *,
-               repo: str | os.PathLike | None = None) -> dict[str, Any]:
+               repo: str | os.PathLike | None = None,
+               exclude: tuple[str | os.PathLike, ...] = ()) -> dict[str, Any]:
     """Who made a result: package version, commit, whether the tree was clean, machine, time
-    (UTC), key library versions. ``repo``: the checkout to describe (default: gan3d's own).
+    (UTC), key library versions. ``repo``: the checkout to describe (default: gan3d's own);
+    ``exclude``: files whose changes do not count against ``clean`` (:func:`git_state`).
 
     ``commit`` is the full hash (None outside a checkout, ``source`` saying why) and ``clean``
     is True only when no tracked file differed from it (None when unknown)."""
@@ -224,7 +243,7 @@ def provenance(extra: dict[str, Any] | None = None, *,
         version = _version(name)
         if version:  # an absent optional library is simply not listed
             versions[name] = version
-    git = git_state(repo)
+    git = git_state(repo, exclude=exclude)
     info = {
         "gan3d": __version__,
         "commit": git.commit,

@@ -117,12 +117,14 @@ def read(path: str | os.PathLike, kind: str | None = None) -> dict[str, Any]:
 
 
 def require_clean(allow_dirty: bool = False, *, repo: str | os.PathLike | None = None,
-                  what: str = "this checkout", marked: str = "the file") -> GitState:
+                  what: str = "this checkout", marked: str = "the file",
+                  exclude: tuple[str | os.PathLike, ...] = ()) -> GitState:
     """The git state of ``repo`` (default: gan3d's own checkout); raises
     :class:`~gan3d.exceptions.UncommittedChanges` when it has uncommitted changes to tracked
     files or is no git checkout, unless ``allow_dirty``. ``what`` and ``marked`` name, in the
-    message, the checkout and what is marked ``clean: false`` when allowed."""
-    state = git_state(repo)
+    message, the checkout and what is marked ``clean: false`` when allowed; changes to the files
+    of ``exclude`` do not count (:func:`gan3d.io.git_state`)."""
+    state = git_state(repo, exclude=exclude)
     if state.clean or allow_dirty:
         return state
     why = ("has uncommitted changes to tracked files" if state.commit is not None
@@ -137,15 +139,18 @@ def check_writable(path: str | os.PathLike, allow_dirty: bool = False) -> bool:
     repository has uncommitted changes to tracked files, or when the gan3d writing it is no git
     checkout (its provenance would name no commit), unless ``allow_dirty``. Returns True when
     it is written to such a folder from a tree with uncommitted changes (allowed): the writer
-    marks the file ``clean: false``. Call it before the work that makes the file, too."""
+    marks the file ``clean: false``. Call it before the work that makes the file, too. The file
+    itself does not count against a clean tree: a study that rewrites its committed file after
+    each run (resumable) changes only its own output."""
     target = Path(path).absolute()
     repo = repository_of(target)
     if repo is None or not target.resolve().is_relative_to(repo / STUDIES):
         return False
     where = f"{target.name} goes into {STUDIES}/ (committed evidence), but"
-    state = require_clean(allow_dirty, repo=repo, what=f"{where} its repository")
+    state = require_clean(allow_dirty, repo=repo, what=f"{where} its repository",
+                          exclude=(target,))
     if git_state().commit is None:  # a wheel writing into a checkout: nothing to name
-        require_clean(allow_dirty, what=f"{where} the gan3d writing it")
+        require_clean(allow_dirty, what=f"{where} the gan3d writing it", exclude=(target,))
     return state.clean is not True
 
 

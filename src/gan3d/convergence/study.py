@@ -112,7 +112,7 @@ def run_study(cfg: Config, *, only: str | None = None, max_runs: int | None = No
     todo = [r for r in plan(cfg) if r.id not in results["runs"] and (only is None or r.block == only)]
     todo = todo[:max_runs] if max_runs is not None else todo
     results.update(study=to_dict(cfg)["study"], code_hash=code_hash(),
-                   provenance=provenance({"profile": cfg.profile}))
+                   provenance=provenance({"profile": cfg.profile}, exclude=(out,)))
     generate_dataset(run_config(cfg, Run("eq", 1, "linear", 1, 0)).data)
     for group in _launches(todo):
         t0 = time.monotonic()

@@ -223,7 +223,7 @@ def run_warm(cfg: Config, *, max_runs: int | None = None, until_decided: int = 0
     start = parent(cfg)
     results.update(warm=to_dict(cfg)["warm"], code_hash=code_hash(),
                    parent={k: v for k, v in start.items() if k not in ("config", "file")},
-                   provenance=provenance({"profile": cfg.profile}),
+                   provenance=provenance({"profile": cfg.profile}, exclude=(out,)),
                    machine={"cpu_model": cpu_model(), "cores": runtime.cpu_count(),
                             "bfloat16": runtime.cpu_has_bf16(), "avx512": _has_avx512()},
                    skipped={c: "this CPU has no bfloat16 (AVX512_BF16 or AMX)"
