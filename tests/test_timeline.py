@@ -70,6 +70,27 @@ def test_timeline_breakdown_recovers_compute_wait_and_comm(tmp_path):
     assert np.all(np.diff(spans, axis=1) > 0) and np.all(spans[1:, 0] >= spans[:-1, 1] - 1e-12)
 
 
+def test_a_collective_started_before_the_previous_one_ended_is_counted_once():
+    """Horovod may take a rank's next tensor while the previous all-reduce still runs (seen on a
+    loaded 2-core machine): that rank's waiting starts when the previous collective ends, not
+    before, so its spans follow one another and add up to the step on every rank."""
+    rng = np.random.default_rng(1)
+    compute = rng.uniform(1e4, 3e4, (2, 6, 5))
+    compute[0, 3, 2] = -100.0  # rank 0 submits 100 us before collective 1 of step 3 has ended
+    res = timeline.breakdown(_trace(compute), 2, last_steps=4)
+    step = res["per_step"][1]  # step 3 (the first two are the warm-up and the measuring start)
+    c = compute[:, 3, :].copy()
+    c[0, 2] = 0.0  # clipped at the previous end: no computation, no extra waiting
+    assert step["wait_s"] == pytest.approx((c.max(axis=0) - c).sum(axis=1) * 1e-6)
+    for s in res["per_step"]:
+        assert min(s["compute_s"]) >= 0
+        for r in range(2):
+            assert s["compute_s"][r] + s["wait_s"][r] + s["comm_s"] == pytest.approx(s["duration_s"])
+    for r in range(2):
+        spans = sorted((a, b) for rank, _, a, b in res["strip"] if rank == r)
+        assert all(b0 <= a1 + 1e-12 for (_, b0), (a1, _) in zip(spans, spans[1:]))
+
+
 def test_timeline_steps_survive_fusion_that_varies_between_steps():
     """The loss tensor fused into the gradients' collective in some steps only (as Horovod does
     when it is submitted within one cycle), and starting just before them there: the collectives

@@ -215,10 +215,12 @@ def breakdown(events: list[dict], workers: int, *, last_steps: int | None = None
     per_step = []
     for idx in steps:
         prev_end = colls[idx[0] - 1]["end"]
-        dur = (colls[idx[-1]]["end"] - prev_end) * us
-        comm = sum(colls[i]["end"] - colls[i]["all_ready"] for i in idx) * us
-        transfer = sum(colls[i]["end"] - colls[i]["start"] for i in idx) * us
-        wait = [sum(colls[i]["all_ready"] - colls[i]["ready"][r] for i in idx) * us
+        tiles = [_tiles(colls, idx, r, prev_end) for r in range(workers)]
+        dur = (tiles[0][-1][2] - prev_end) * us
+        comm = sum(b - a for kind, a, b in tiles[0] if kind == "comm") * us  # alike on all ranks
+        transfer = sum(max(0.0, colls[i]["end"] - max(colls[i]["start"], a))
+                       for i, (_, a, _) in zip(idx, [t for t in tiles[0] if t[0] == "comm"])) * us
+        wait = [sum(b - a for kind, a, b in tiles[r] if kind == "wait") * us
                 for r in range(workers)]
         per_step.append({"duration_s": dur, "comm_s": comm, "transfer_s": transfer,
                          "coordination_s": comm - transfer, "wait_s": wait,
@@ -246,9 +248,25 @@ def _strip(colls: list[dict], steps: list[list[int]], workers: int) -> list[list
     for r in range(workers):
         prev = t0
         for idx in steps:
-            for i in idx:
-                c = colls[i]
-                spans += [[r, "compute", prev, c["ready"][r]], [r, "wait", c["ready"][r], c["all_ready"]],
-                          [r, "comm", c["all_ready"], c["end"]]]
-                prev = c["end"]
+            tiles = _tiles(colls, idx, r, prev)
+            spans += [[r, *t] for t in tiles]
+            prev = tiles[-1][2]
     return [[r, kind, (a - t0) * 1e-6, (b - t0) * 1e-6] for r, kind, a, b in spans if b > a]
+
+
+def _tiles(colls: list[dict], idx: list[int], rank: int, prev: float) -> list[tuple]:
+    """``rank``'s time from ``prev`` to the end of the collectives ``idx``, in spans that follow
+    one another: computation until its tensor is ready, waiting until every rank's is, the
+    all-reduce until it ends - 3 per collective, ``(kind, start, end)``, some empty. Horovod may
+    start a collective before the one before it has ended (a rank submits its next tensor while
+    the previous one is still being reduced): the overlap is counted once, in the earlier
+    collective, so that the spans add up to the step's duration on every rank."""
+    out = []
+    for i in idx:
+        c = colls[i]
+        ready = max(c["ready"][rank], prev)
+        all_ready = max(c["all_ready"], ready)
+        end = max(c["end"], all_ready)
+        out += [("compute", prev, ready), ("wait", ready, all_ready), ("comm", all_ready, end)]
+        prev = end
+    return out
