@@ -25,11 +25,15 @@ figures: env
 browser:
 	@bash tools/browser.sh
 
+# Two pytest processes, each taking whole files (a module's fixtures are built once): on 2 cores
+# one process's start-ups and launches overlap the other's computation.
+TEST_JOBS ?= 2
+
 test: env browser
-	$(PY) -m pytest $(ARGS)
+	$(PY) -m pytest -n $(TEST_JOBS) --dist loadfile $(ARGS)
 
 test-fast: env
-	$(PY) -m pytest -m "not slow" $(ARGS)
+	$(PY) -m pytest -n $(TEST_JOBS) --dist loadfile -m "not slow" $(ARGS)
 
 lab: env
 	$(PY) -m gan3d lab
