@@ -19,6 +19,18 @@ NOTEBOOKS = ROOT / "notebooks"
 runtime.apply_process_defaults()
 os.environ.setdefault("IPP_NONINTERACTIVE", "1")
 
+# The files that take minutes, longest first: `make test` runs two processes that take whole
+# files in collection order, so starting with the long ones keeps both busy to the end instead of
+# leaving one file of minutes alone at the tail. Within a file the order is kept.
+LONG_FILES = ("test_training_mpi.py", "test_notebook_scaling.py", "test_warmstart.py",
+              "test_convergence.py", "test_faults.py", "test_backends.py",
+              "test_notebook_training.py", "test_study_verify.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    first = {name: i for i, name in enumerate(LONG_FILES)}
+    items.sort(key=lambda item: first.get(item.path.name, len(first)))  # stable
+
 
 @pytest.fixture
 def run_notebook(tmp_path):
