@@ -114,6 +114,10 @@ def test_a_tiny_warm_start_study_forks_a_real_checkpoint_on_1_and_2_workers(tmp_
     done = subprocess.run(args, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "4 of 4 runs done" in done.stdout
+    # one line per quantity, numbers rounded, a quantity the JSON holds as null reads n/a
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("  2w-linear vs 1w ")]
+    assert [ln.split()[3].rstrip(":") for ln in lines] == list(analysis.MARGINS)
+    assert all("2 seeds, diff " in ln and "90 % [" in ln for ln in lines)
     res = json.loads(out.read_text())
     assert res["kind"] == "warm_start" and res["parent"]["epoch"] == 1
     assert set(res["runs"]) == {"1w-s0", "2w-linear-s0", "1w-s1", "2w-linear-s1"}
