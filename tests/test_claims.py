@@ -207,6 +207,33 @@ def test_the_warm_start_claim_is_decided_by_the_paired_rows(tmp_path):
     assert "at 3 seeds per configuration" in _by_id(claims.ledger(root))["n-workers-warm-start"]["detail"]
 
 
+def test_the_bfloat16_claim_reads_the_warm_start_block_once_it_has_its_planned_seeds(tmp_path):
+    root = _root(tmp_path)
+    body = {"kind": "warm_start", "schema": 1, "provenance": {"commit": None, "clean": None},
+            "parent": {"showers_seen": 41600}, "warm": {"showers": 8192, "seeds": 5},
+            "runs": {}, "verdicts": [{**_paired("equivalent", diff=0.001 * i),
+                                      "candidate": "1w-bf16"} for i in range(8)]}
+    for row in body["verdicts"]:
+        row["n"], row["seeds"] = 4, [0, 1, 2, 3]
+    _write(root, "studies/warm_start.json", body)
+    early = _by_id(claims.ledger(root))["bfloat16-like-float32"]
+    # 4 of 5 seeds: the precision study still decides, and the warm-start file is no evidence
+    assert "studies/precision.json" in early["evidence"]
+    assert "studies/warm_start.json" not in early["evidence"]
+    for row in body["verdicts"]:
+        row["n"], row["seeds"] = 5, [0, 1, 2, 3, 4]
+    _write(root, "studies/warm_start.json", body)
+    row = _by_id(claims.ledger(root))["bfloat16-like-float32"]
+    assert row["verdict"] == "reproduced" and list(row["evidence"]) == ["studies/warm_start.json"]
+    assert "bfloat16 against float32" in row["detail"] and "at 5 seeds" in row["detail"]
+    body["verdicts"][:2] = [{**_paired("different", diff=0.2), "candidate": "1w-bf16", "n": 5}] * 2
+    _write(root, "studies/warm_start.json", body)
+    assert _by_id(claims.ledger(root))["bfloat16-like-float32"]["verdict"] == "not reproduced"
+    # the 2-worker claim does not read the bfloat16 rows
+    two = _by_id(claims.ledger(root))["n-workers-warm-start"]
+    assert two["verdict"] == "inconclusive" and "no pair" in json.dumps(two)
+
+
 def test_auto_trains_in_bfloat16_only_once_the_ledger_says_it_trains_like_float32(monkeypatch):
     """The default precision is decided by the evidence: training's ``auto`` is bfloat16 exactly
     when the committed studies reproduce ``bfloat16-like-float32`` - so a precision study that

@@ -131,3 +131,13 @@ def test_a_tiny_warm_start_study_forks_a_real_checkpoint_on_1_and_2_workers(tmp_
     assert all(r["n"] == 2 and r["seeds"] == [0, 1] for r in rows)
     # the seeds differ: seed 1's pair did not repeat seed 0's
     assert res["runs"]["1w-s0"]["rows"][-1]["g_loss"] != res["runs"]["1w-s1"]["rows"][-1]["g_loss"]
+
+
+def test_a_verdict_line_rounds_and_says_what_is_not_finite():
+    row = {"candidate": "2w-linear", "reference": "1w", "monitor": "max_layer", "n": 9,
+           "verdict": "inconclusive", "diff": 0.123456, "low": None, "high": 0.5, "margin": 0.5,
+           "seeds_needed": 27.0}
+    line = warmstart.describe(row)
+    assert line == ("2w-linear vs 1w max_layer: inconclusive (9 seeds, diff +0.123, 90 % [n/a, "
+                    "+0.5], margin +-0.5; ~27 seeds to decide)")
+    assert "to decide" not in warmstart.describe({**row, "verdict": "equivalent"})

@@ -219,16 +219,8 @@ def _cmd_warm(args: argparse.Namespace) -> int:
     print(f"{cfg.warm.output}: {state['done']} of {state['planned']} runs done"
           + (f"; missing: {', '.join(state['missing'])}" if state["missing"] else "")
           + "".join(f"; {c} skipped (no bfloat16 here)" for c in state["skipped"]))
-    def num(x, fmt="+.3g"):  # a value the JSON holds as null (not finite) reads "n/a"
-        return "n/a" if x is None else format(x, fmt)
-
     for v in res.get("verdicts", []):
-        need = v.get("seeds_needed")
-        print(f"  {v['candidate']} vs {v['reference']} {v['monitor']}: {v['verdict']} "
-              f"({v['n']} seeds, diff {num(v['diff'])}, 90 % [{num(v['low'])}, "
-              f"{num(v['high'])}], margin +-{num(v['margin'], '.3g')}"
-              + (f"; ~{need:.0f} seeds to decide" if v["verdict"] == "inconclusive" and need
-                 else "") + ")")
+        print("  " + warmstart.describe(v))
     return 0
 
 

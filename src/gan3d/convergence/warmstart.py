@@ -57,7 +57,7 @@ from .study import _finite
 log = console.get_logger(__name__)
 
 __all__ = ["WarmRun", "parse", "plan", "run_config", "code_hash", "run_warm", "load", "status",
-           "verdicts", "decided", "QUANTITIES"]
+           "verdicts", "decided", "describe", "QUANTITIES"]
 
 _NAME = re.compile(r"^(\d+)w(?:-(linear|sqrt|none))?(?:-k(\d+))?(-bf16)?$")
 QUANTITIES = tuple(analysis.MARGINS)  # the 8 quantities compared
@@ -283,6 +283,18 @@ def verdicts(results: dict, reference: str | None = None) -> list[dict]:
             rows.append({"candidate": cand, "reference": ref, "monitor": name, "seeds": seeds,
                          **analysis.paired_tost(a, b, m)})
     return rows
+
+
+def describe(v: dict) -> str:
+    """One verdict row in a line: numbers to 3 digits, "n/a" for what the JSON holds as null."""
+    def num(x, fmt="+.3g"):
+        return "n/a" if x is None else format(x, fmt)
+
+    need = v.get("seeds_needed")
+    return (f"{v['candidate']} vs {v['reference']} {v['monitor']}: {v['verdict']} ({v['n']} "
+            f"seeds, diff {num(v['diff'])}, 90 % [{num(v['low'])}, {num(v['high'])}], margin "
+            f"+-{num(v['margin'], '.3g')}" + (f"; ~{need:.0f} seeds to decide" if need and
+                                              v["verdict"] == "inconclusive" else "") + ")")
 
 
 def _save(out: Path, results: dict, cfg: Config, allow_dirty: bool) -> None:
