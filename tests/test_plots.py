@@ -152,3 +152,19 @@ def test_a_description_stays_small_and_leaves_colour_bars_out():
     image = got["axes"][1]["series"][0]
     assert image["shape"] == [3, 4] and image["values"][2] == [8, 9, 10, 11]
     assert image["colorbar"] == {"label": "energy (GeV)", "limits": [0, 11]}
+
+
+def test_a_paired_row_of_one_seed_is_drawn_without_an_interval():
+    """A study under way holds rows of one seed, whose interval the JSON stores as null."""
+    row = {"candidate": "1w-bf16", "reference": "1w", "monitor": "max_layer", "n": 1,
+           "verdict": "too few seeds", "diff": 0.1, "low": None, "high": None, "margin": 0.5,
+           "diffs": [0.1]}
+    two = {**row, "candidate": "2w-linear", "n": 3, "verdict": "equivalent", "low": -0.2,
+           "high": 0.3, "diffs": [0.0, 0.1, 0.2]}
+    fig = cplots.paired_forest([row, two])
+    ax = fig.axes[0]
+    bars = [ln for ln in ax.lines if len(ln.get_xdata()) == 2 and ln.get_linewidth() == 2.5]
+    assert [list(b.get_xdata()) for b in bars] == [[-0.2 / 0.5, 0.3 / 0.5]]  # the 3-seed row's
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
