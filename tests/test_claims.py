@@ -160,9 +160,10 @@ def test_equivalence_rule_and_the_seeds_a_decision_would_need():
 
 
 def test_a_study_that_decides_turns_the_verdict(tmp_path):
-    """The bfloat16 claim from a copy of studies/precision.json whose intervals all sit inside
-    their margins: reproduced; the committed file: not."""
+    """The bfloat16 claim from a copy of studies/precision.json (no warm-start study beside it)
+    whose intervals all sit inside their margins: reproduced; the committed file: not."""
     root = _root(tmp_path)
+    (root / "studies/warm_start.json").unlink()  # its bfloat16 block would decide instead
     before = _by_id(claims.ledger(root))["bfloat16-like-float32"]
     assert before["verdict"] == "inconclusive"
     path = root / "studies/precision.json"

@@ -82,9 +82,13 @@ def test_auto_precision_follows_the_cpu_flags(tmp_path, monkeypatch):
         runtime.resolve_precision("float8")
     cfg = config.resolve("quick")
     assert cfg.train.precision == "auto"
-    # training's auto follows the evidence, not the CPU (test_claims ties it to the ledger)
+    # training's auto: bfloat16 only on a CPU that has it and only while the evidence says it
+    # trains like float32 (config.TRAINING_AUTO_CPU_BF16; test_claims ties it to the ledger)
     for has in (True, False):
         monkeypatch.setattr(runtime, "cpu_has_bf16", lambda *a, has=has: has)
-        assert config.resolved_precision(cfg).train.precision == config.TRAINING_AUTO == "float32"
+        expected = "bfloat16" if has and config.TRAINING_AUTO_CPU_BF16 else "float32"
+        assert config.resolved_precision(cfg).train.precision == expected
+        jax = cfg.replace(**{"train.backend": "jax"})  # not measured with JAX: float32
+        assert config.resolved_precision(jax).train.precision == "float32"
         pinned = cfg.replace(**{"train.precision": "bfloat16"})
         assert config.resolved_precision(pinned).train.precision == "bfloat16"  # asked for

@@ -16,6 +16,9 @@ from gan3d.exceptions import (CheckpointError, ConfigError, DataFileMissing, Non
 from gan3d.gan.history import HISTORY_FIELDS, read_history
 from gan3d.gan.model import load_generator
 
+# what train.precision: auto trains in here (the quick profile's runs use the Horovod backend)
+AUTO = runtime.training_auto(None, "horovod", config.TRAINING_AUTO_CPU_BF16)
+
 
 def _tiny(tmp, **extra):
     base = {"data.path": str(tmp / "data"), "data.n_showers": 48, "data.n_files": 4,
@@ -84,7 +87,7 @@ def test_train_outputs_then_nan_keeps_the_last_good_checkpoint(tmp_path, monkeyp
     assert [r["timed"] for r in rows] == [False, True]  # the quick profile's 1 warm-up epoch
     for r in rows:
         assert r["workers"] == 1 and r["steps"] == 2 and r["eval_mode"] == "distributed"
-        assert r["precision"] == config.TRAINING_AUTO  # auto, recorded as resolved
+        assert r["precision"] == AUTO  # auto, recorded as resolved
         assert np.isfinite([r["d_loss"], r["g_loss"], r["test_d_loss"], r["test_g_loss"]]).all()
     # The history against the steps seen: 2 steps an epoch, whose mean losses each row holds;
     # the train time spans its steps; the speed counts the showers the steps were given.

@@ -26,7 +26,7 @@ from .exceptions import ConfigError
 
 __all__ = ["DataConfig", "TrainConfig", "ScaleConfig", "ValidationConfig", "StudyConfig",
            "WarmConfig", "PipelineConfig", "Config", "PROFILES", "resolve", "parse_overrides",
-           "to_dict", "from_dict", "flatten", "resolved_precision", "TRAINING_AUTO"]
+           "to_dict", "from_dict", "flatten", "resolved_precision", "TRAINING_AUTO_CPU_BF16"]
 
 PROFILES = ("quick", "paper", "study")
 
@@ -66,7 +66,7 @@ class TrainConfig:
     label_flip: float = 0.05
     eval_mode: Literal["serial", "distributed", "none"] = "distributed"
     eval_fraction: float = 1.0  # share of the test set evaluated each epoch
-    # auto: TRAINING_AUTO (float32) on every device until bfloat16 is shown to train alike;
+    # auto: runtime.training_auto (bfloat16 on a CPU with bfloat16 arithmetic, else float32);
     # bfloat16 and float16 on request. A run records the precision it resolved to.
     precision: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     # The discriminator's CPU layers (gan/cpu_layers.py: same function and weights, fewer passes
@@ -381,16 +381,14 @@ def lr_factor(train: TrainConfig, workers: int) -> float:
     return float(workers) if train.lr_rule == "linear" else math.sqrt(workers)
 
 
-# What ``train.precision: auto`` trains in, on every device, decided by the evidence: bfloat16 is
-# not shown to train like float32 (the ledger's ``bfloat16-like-float32``), so auto trains in the
-# committed studies' precision; bfloat16 and float16 stay one setting away. Inference keeps
-# bfloat16 where the CPU has it. tests/test_claims.py ties this to the ledger's verdict.
-TRAINING_AUTO = "float32"
+# Whether ``auto`` trains in bfloat16 on a CPU that has it (runtime.training_auto), decided by the
+# ledger's ``bfloat16-like-float32`` (tests/test_claims.py ties the two).
+TRAINING_AUTO_CPU_BF16 = True
 
 
 def resolved_precision(cfg: Config, gpu: tuple[int, int] | None = None) -> Config:
-    """``cfg`` with ``train.precision`` "auto" replaced by :data:`TRAINING_AUTO` (float32) on a
-    CPU or a GPU (``gpu``: its compute capability); float16 refused without a GPU. Outputs record
+    """``cfg`` with ``train.precision`` "auto" replaced by what it trains in on the device
+    (``gpu``: its compute capability, None on a CPU); float16 refused without a GPU. Outputs record
     the result, so a run resumed elsewhere cannot switch precision silently."""
     if cfg.train.precision == "float16" and gpu is None:
         raise ConfigError("train.precision float16 needs a GPU: TensorFlow's CPU kernels have no "
@@ -398,7 +396,9 @@ def resolved_precision(cfg: Config, gpu: tuple[int, int] | None = None) -> Confi
                           "or bfloat16")
     if cfg.train.precision != "auto":
         return cfg
-    return cfg.replace(**{"train.precision": TRAINING_AUTO})
+    from .runtime import training_auto
+    return cfg.replace(**{"train.precision": training_auto(gpu, cfg.train.backend,
+                                                           TRAINING_AUTO_CPU_BF16)})
 
 
 def resolve(profile: str = "quick", overrides: Mapping[str, Any] | None = None) -> Config:

@@ -93,7 +93,7 @@ def gpu_precision(compute_capability: tuple[int, int]) -> str:
 def resolve_precision(precision: str, cpuinfo: str | os.PathLike = "/proc/cpuinfo",
                       gpu: tuple[int, int] | None = None) -> str:
     """The fastest precision of this hardware, for inference (``gan3d simulate``; training's
-    ``auto`` is :data:`gan3d.config.TRAINING_AUTO`): ``auto`` -> on a GPU (``gpu``: its compute
+    ``auto`` is :func:`training_auto`): ``auto`` -> on a GPU (``gpu``: its compute
     capability) :func:`gpu_precision`; on a CPU bfloat16 where it has bfloat16 arithmetic, else
     float32. float32, bfloat16 and float16 (with
     loss scaling; meant for GPUs, slow on CPUs) stay as they are; anything else raises
@@ -105,6 +105,19 @@ def resolve_precision(precision: str, cpuinfo: str | os.PathLike = "/proc/cpuinf
     if precision not in ("float32", "bfloat16", "float16"):
         raise ConfigError(f"precision {precision!r}: choose auto, float32, bfloat16 or float16")
     return precision
+
+
+def training_auto(gpu: tuple[int, int] | None = None, backend: str = "horovod",
+                  cpu_bf16: bool = True) -> str:
+    """What ``train.precision: auto`` trains in (:func:`gan3d.config.resolved_precision`),
+    decided by the evidence: bfloat16 on a CPU with bfloat16 arithmetic (AVX512_BF16 or AMX) on
+    the TensorFlow backend, where the warm-start study's bfloat16 block found it trains like
+    float32 and it trains faster (``cpu_bf16``: that decision, ``config.TRAINING_AUTO_CPU_BF16``);
+    float32 everywhere else - a CPU without bfloat16 arithmetic (emulated, slower), the JAX
+    backend and GPUs (``gpu``: its compute capability; not measured there)."""
+    if cpu_bf16 and gpu is None and backend == "horovod" and cpu_has_bf16():
+        return "bfloat16"
+    return "float32"
 
 
 def local_rank_info() -> tuple[int, int]:

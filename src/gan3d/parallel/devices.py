@@ -9,7 +9,7 @@ nothing and the rank computes on its CPU cores.
 
 :func:`describe` lists the GPUs with their compute capability, from which
 :func:`gan3d.runtime.gpu_precision` names the fastest precision of their tensor cores
-(``gan3d doctor`` says it; ``train.precision: auto`` trains in float32 regardless).
+(``gan3d doctor`` says it; ``train.precision: auto`` trains in float32 on a GPU regardless).
 
 Every function takes TensorFlow's ``tf.config`` as an argument (default: the real one), so that
 the choices are tested with a faked device list on machines without GPUs.
