@@ -314,7 +314,10 @@ def test_six_engine_clusters_in_a_row_leave_nothing_behind(tmp_path, monkeypatch
     private.mkdir()
     monkeypatch.setenv("TMPDIR", str(private))
     monkeypatch.setattr(tempfile, "tempdir", None)
-    security = Path.home() / ".ipython" / "profile_default" / "security"
+    # Its own IPython folder: another test process may run a cluster meanwhile, whose connection
+    # files would show in a shared security/ folder (seen once in CI).
+    monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
+    security = tmp_path / "ipython" / "profile_default" / "security"
     files_before = set(security.glob("*")) if security.is_dir() else set()
     me = psutil.Process()
     listening_before = {c.laddr for c in me.net_connections("inet") if c.status == "LISTEN"}
@@ -334,13 +337,16 @@ def test_six_engine_clusters_in_a_row_leave_nothing_behind(tmp_path, monkeypatch
     assert list(private.iterdir()) == []
 
 
-def test_a_killed_kernel_leaves_no_engine_behind():
+def test_a_killed_kernel_leaves_no_engine_behind(tmp_path):
     """A kernel that dies without cleaning up (SIGKILL: out of memory, "kill kernel"): the
-    watchdog started beside the cluster ends the engines, the controller and mpiexec."""
+    watchdog started beside the cluster ends the engines, the controller and mpiexec, and removes
+    the cluster file the kernel would have removed."""
     from jupyter_client.manager import KernelManager
 
+    security = tmp_path / "ipython" / "profile_default" / "security"
     km = KernelManager(kernel_name="gan3d")
-    km.start_kernel(env={**runtime.mpi_environment(), "IPP_NONINTERACTIVE": "1"})
+    km.start_kernel(env={**runtime.mpi_environment(), "IPP_NONINTERACTIVE": "1",
+                         "IPYTHONDIR": str(tmp_path / "ipython")})
     kc = km.client()
     kc.start_channels()
     try:
@@ -354,11 +360,16 @@ def test_a_killed_kernel_leaves_no_engine_behind():
         assert reply["content"]["status"] == "ok"
         tree = kernel.children(recursive=True)
         assert sum(map(_engine, tree)) == 2
+        assert any(security.glob("cluster-*.json"))  # the file a clean stop would remove
         t0 = time.monotonic()
         kernel.send_signal(signal.SIGKILL)
         left = _gone(tree, timeout=20)
         print(f"\nkernel killed -> its engines ended in {time.monotonic() - t0:.1f} s")
         assert left == [], [" ".join(p.cmdline())[:80] for p in left]
+        deadline = time.monotonic() + 10  # the watchdog removes the file after the processes
+        while any(security.glob("*")) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert sorted(p.name for p in security.glob("*")) == []
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)

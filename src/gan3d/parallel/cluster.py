@@ -190,8 +190,10 @@ def start_engines(n: int, *, timeout: float = 180.0, magics: bool = True) -> Eng
         _shutdown(cluster, client, before)
         raise
     started = [pid for pid in _own_processes() if pid not in before]
+    files = ["--remove", cluster.cluster_file] if cluster.cluster_file else []
     watchdog = subprocess.Popen(  # ends the cluster if this process dies without cleaning up
-        [sys.executable, "-m", "gan3d.parallel.watchdog", str(os.getpid()), *map(str, started)],
+        [sys.executable, "-m", "gan3d.parallel.watchdog", str(os.getpid()), *map(str, started),
+         *files],
         env=runtime.mpi_environment(), start_new_session=True, stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     engines._stopper = lambda: _shutdown(cluster, client, before, watchdog)

@@ -4,15 +4,19 @@ A notebook kernel that is killed (out of memory, "kill kernel", a crash) cannot 
 and ipyparallel's controller and ``mpiexec`` would keep its engines alive, each holding a core.
 :func:`gan3d.parallel.cluster.start_engines` therefore starts this tiny process beside them::
 
-    python -m gan3d.parallel.watchdog OWNER_PID PID [PID ...]
+    python -m gan3d.parallel.watchdog OWNER_PID PID [PID ...] [--remove FILE ...]
 
 It checks twice a second whether ``OWNER_PID`` still runs. When it does not, it ends every
-``PID`` and all their descendants (SIGTERM, then SIGKILL after 3 s) and exits; it also exits
-when all of them have ended by themselves. It imports nothing heavy (no TensorFlow, no MPI).
+``PID`` and all their descendants (SIGTERM, then SIGKILL after 3 s), removes each ``FILE`` (the
+cluster file ipyparallel keeps in the profile's ``security/`` folder, which only the dead owner
+would have removed) and exits; it also exits when all of them have ended by themselves. It
+imports nothing heavy (no TensorFlow, no MPI).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 import time
 
@@ -52,11 +56,16 @@ def end_trees(pids: list[int], grace: float = 3.0) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = [int(a) for a in (sys.argv[1:] if argv is None else argv)]
-    owner, pids = args[0], args[1:]
+    args = list(sys.argv[1:] if argv is None else argv)
+    files = args[args.index("--remove") + 1:] if "--remove" in args else []
+    numbers = [int(a) for a in args[:len(args) - len(files) - (1 if files else 0)]]
+    owner, pids = numbers[0], numbers[1:]
     while any(_alive(p) for p in pids):
         if not _alive(owner):
             end_trees(pids)
+            for path in files:
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(path)
             return 0
         time.sleep(0.5)
     return 0
