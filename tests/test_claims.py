@@ -7,6 +7,7 @@ import math
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from gan3d import claims
@@ -233,6 +234,48 @@ def test_the_bfloat16_claim_reads_the_warm_start_block_once_it_has_its_planned_s
     # the 2-worker claim does not read the bfloat16 rows
     two = _by_id(claims.ledger(root))["n-workers-warm-start"]
     assert two["verdict"] == "inconclusive" and "no pair" in json.dumps(two)
+
+
+def test_the_local_sgd_claim_pairs_k16_with_k1_from_the_warm_start_block(tmp_path):
+    """k = 16 runs made as copies of the committed 2-worker (k = 1) runs, moved by a small
+    per-seed amount: paired with k = 1 all 8 quantities are equivalent (reproduced), which they
+    are not against 1 worker (the committed 2w-linear vs 1w rows hold differences) - so the rule
+    pairs with k = 1. Below the planned seeds the convergence study decides, as before."""
+    import copy
+
+    root = _root(tmp_path)
+    w = json.loads((root / "studies/warm_start.json").read_text())
+    assert any(v["verdict"] == "different" for v in w["verdicts"]
+               if v["candidate"] == "2w-linear")
+    rng = np.random.default_rng(0)
+    for seed in range(4):
+        run = copy.deepcopy(w["runs"][f"2w-linear-s{seed}"])
+        run.update(config_id="2w-linear-k16", sync_every=16)
+        for row in run["rows"]:
+            for k, v in row.items():
+                if k not in ("epoch", "showers_seen", "mon_targets") and isinstance(v, float):
+                    row[k] = v * (1 + 0.002 * rng.standard_normal())
+        w["runs"][f"2w-linear-k16-s{seed}"] = run
+    _write(root, "studies/warm_start.json", w)
+    early = _by_id(claims.ledger(root))["local-sgd"]  # 4 of 5 seeds
+    assert list(early["evidence"]) == ["studies/convergence.json"]
+    assert "forked from" not in early["detail"]
+    run = copy.deepcopy(w["runs"]["2w-linear-k16-s0"])
+    run["rows"] = copy.deepcopy(w["runs"]["2w-linear-s4"]["rows"])
+    for row in run["rows"]:
+        row["d_loss"] *= 1.001
+    w["runs"]["2w-linear-k16-s4"] = {**run, "seed": 4}
+    _write(root, "studies/warm_start.json", w)
+    row = _by_id(claims.ledger(root))["local-sgd"]
+    assert row["verdict"] == "reproduced", row
+    assert set(row["evidence"]) == {"studies/convergence.json", "studies/warm_start.json"}
+    assert "k = 1 (2 workers, lr x 2)" in row["detail"] and "at 5 seeds" in row["detail"]
+    for seed in range(5):  # k = 16 now trains a sampling fraction 0.1 off: different
+        for r in w["runs"][f"2w-linear-k16-s{seed}"]["rows"]:
+            r["sampling_fraction"] += 0.1
+            r["ecal_sum_spread"] += 1.0
+    _write(root, "studies/warm_start.json", w)
+    assert _by_id(claims.ledger(root))["local-sgd"]["verdict"] == "not reproduced"
 
 
 def test_auto_trains_in_bfloat16_only_once_the_ledger_says_it_trains_like_float32(monkeypatch):

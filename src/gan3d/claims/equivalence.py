@@ -1,12 +1,11 @@
 """The "A trains like B" claims: one rule over a study's 8 quantities (:func:`decide_equivalence`)
 applied to the convergence study, the precision study and the warm-start study (whose bfloat16
-block decides ``bfloat16-like-float32`` once it holds its planned seeds), with the seeds an
-undecided quantity would need."""
+and local-SGD blocks decide ``bfloat16-like-float32`` and ``local-sgd`` once they hold their
+planned seeds), with the seeds an undecided quantity would need."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 
 import numpy as np
@@ -110,10 +109,22 @@ def bf16(ev: Evidence) -> Outcome:
 
 
 def local_sgd(ev: Evidence) -> Outcome:
+    """The physics from the warm-start study's local-SGD block (2 workers, lr x 2, k = 16 against
+    the same with k = 1, paired by seed) once it holds its planned seeds; until then from
+    ``studies/convergence.json`` (from scratch, 1,024 showers). The saving is measured in the
+    convergence study. Fixed before the block's first run."""
     c = ev.json("studies/convergence.json")
     table = {r["k"]: r for r in c.get("communication_table", [])}
-    rows = _convergence_rows(ev, "2w-linear-k16", "2w-linear")
-    phys = decide_equivalence(rows, "study", "local SGD k = 16 against k = 1 (2 workers)")
+    rows, w = _warm_block(ev, "2w-linear-k16", "2w-linear")
+    if rows:
+        par, cfg = w["parent"], w.get("warm", {})
+        phys = decide_equivalence(rows, "study", (
+            f"local SGD k = 16 against k = 1 (2 workers, lr x 2), {cfg.get('showers', 0):,} "
+            f"showers per run forked from {par['showers_seen']:,} showers of training, paired "
+            "by seed"))
+    else:
+        rows = _convergence_rows(ev, "2w-linear-k16", "2w-linear")
+        phys = decide_equivalence(rows, "study", "local SGD k = 16 against k = 1 (2 workers)")
     saved = table.get(16, {}).get("measured saved")
     comm = f"; communication saved at k = 16: {_pct(saved)} of the step (measured)" if saved else ""
     return dataclasses.replace(phys, value=phys.value + comm, study=phys.value + comm,
@@ -121,18 +132,26 @@ def local_sgd(ev: Evidence) -> Outcome:
                                                      "is what decides"))
 
 
-def _warm_block(ev: Evidence, candidate: str) -> tuple[list[dict], dict]:
-    """The warm-start study's rows of ``candidate`` if every one has the planned seeds, else
-    ``[]`` (the file is then not counted as evidence of the claim)."""
+def _warm_block(ev: Evidence, candidate: str, reference: str | None = None
+                ) -> tuple[list[dict], dict]:
+    """The warm-start study's rows of ``candidate`` against ``reference`` (the study's own, 1w,
+    when None; another configuration's rows are recomputed, paired by seed) if every one has
+    the planned seeds (``warm.seeds``), else ``[]``: the file then does not count as evidence."""
+    from ..convergence import warmstart
+
+    relpath = "studies/warm_start.json"
+    w = ev.peek(relpath)
     try:
-        w = json.loads((ev.root / "studies/warm_start.json").read_text())
-        rows = [r for r in w.get("verdicts", []) if r["candidate"] == candidate]
+        rows = (w.get("verdicts", []) if reference is None
+                else warmstart.verdicts(w, reference))
+        rows = [r for r in rows if r["candidate"] == candidate]
         planned = int(w.get("warm", {}).get("seeds", 5))
-    except (OSError, ValueError, TypeError, KeyError):
+        if not rows or min(int(r.get("n") or 0) for r in rows) < planned:
+            return [], {}
+    except (AttributeError, TypeError, KeyError, ValueError):  # no file, or not a study's
         return [], {}
-    if not rows or min(int(r.get("n") or 0) for r in rows) < planned:
-        return [], {}
-    return rows, ev.json("studies/warm_start.json")  # read again: recorded as evidence
+    ev.record(relpath, w)
+    return rows, w
 
 
 def warm_start(ev: Evidence) -> Outcome:

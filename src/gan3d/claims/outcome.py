@@ -73,6 +73,27 @@ class Evidence:
         self.touched: list[str] = []  # the files read since the last reset (one claim's)
 
     def json(self, relpath: str) -> dict:
+        """The file's contents, recorded as evidence of the claim being decided."""
+        data = self._read(relpath)
+        self.record(relpath, data)
+        return data
+
+    def peek(self, relpath: str) -> dict | None:
+        """The file's contents without recording them (None if missing or unreadable): for a
+        claim that counts a file as evidence only if it holds enough (then :meth:`record`)."""
+        try:
+            return self._read(relpath)
+        except MissingEvidence:
+            return None
+
+    def record(self, relpath: str, data) -> None:
+        """Count ``data``, read from ``relpath``, as evidence of the claim being decided."""
+        prov = data.get("provenance") if isinstance(data, dict) else None
+        self.used[relpath] = _provenance_summary(prov)
+        if relpath not in self.touched:
+            self.touched.append(relpath)
+
+    def _read(self, relpath: str) -> dict:
         path = self.root / relpath
         if relpath.startswith("results/"):
             step, _, rest = relpath[len("results/"):].partition("/")
@@ -87,10 +108,6 @@ class Evidence:
         except (OSError, ValueError) as exc:
             raise MissingEvidence(f"{relpath} is unreadable ({type(exc).__name__}: {exc}); "
                                   "delete it and rerun the notebook that writes it") from None
-        prov = data.get("provenance") if isinstance(data, dict) else None
-        self.used[relpath] = _provenance_summary(prov)
-        if relpath not in self.touched:
-            self.touched.append(relpath)
         return data
 
 
