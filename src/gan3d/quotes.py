@@ -99,6 +99,29 @@ def _precision_ratios(d: Data) -> list[float]:  # the precisions are interleaved
     return [b / f for b, f in zip(_rates(_batch(d, "bfloat16"), 2), _rates(_batch(d, "float32"), 2))]
 
 
+_WARM = "studies/warm_start.json"
+
+
+def _warm_rates(d: Data, config: str) -> list[float]:
+    """gan3d warm-start: each run's median showers/s (of its epochs), one per seed."""
+    runs = sorted((r for r in d["runs"].values() if r["config_id"] == config),
+                  key=lambda r: r["seed"])
+    return [r["showers_per_s"] for r in runs]
+
+
+def _warm_rate(qid: str, config: str) -> Quote:
+    return Quote(qid, _WARM, lambda d: statistics.median(_warm_rates(d, config)),
+                 "median of {n} runs", " showers/s", samples=lambda d: _warm_rates(d, config))
+
+
+def _warm_ratios(d: Data) -> list[float]:
+    """bfloat16 over float32, per seed both ran (1 worker; the runs followed each other)."""
+    runs = d["runs"]
+    return [r["showers_per_s"] / runs[f"1w-s{r['seed']}"]["showers_per_s"]
+            for r in sorted(runs.values(), key=lambda r: r["seed"])
+            if r["config_id"] == "1w-bf16" and f"1w-s{r['seed']}" in runs]
+
+
 def _speedup(qid: str, source: str, precision: str, config: str) -> Quote:
     """bench_training.py --against: this code's showers/s over the reference code's."""
     def row(d: Data) -> Data:
@@ -158,6 +181,11 @@ QUOTES: dict[str, Quote] = {q.id: q for q in (
           "of 20, mean over 6 seeds", ""),
     Quote("precision.targets_met.float32", _PREC,
           lambda d: _tost(d, "mon_targets_met")["ref_mean"], "of 20, mean over 6 seeds", ""),
+    _warm_rate("warm.epyc.bfloat16.1w", "1w-bf16"),
+    _warm_rate("warm.epyc.float32.1w", "1w"),
+    Quote("warm.epyc.bfloat16_over_float32", _WARM,
+          lambda d: statistics.median(_warm_ratios(d)), "median of {n} runs' ratios to the float32 run of their seed", "x",
+          samples=_warm_ratios, spread="per seed"),
     Quote("inference.flops_ratio", "studies/inference.json",
           lambda d: d["generator_forward_flops"] / d["folded_forward_flops"],
           "ratio of the forward FLOPs counted", "x"),
