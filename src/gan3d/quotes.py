@@ -38,6 +38,7 @@ from typing import Any, Callable, Sequence
 from .exceptions import StudyFileError
 from .io import atomic_path, read_json
 from .paths import repo_root
+from .prose import NOT_MEASURED, Suspect, unmarked
 
 __all__ = ["Quote", "QUOTES", "NOT_MEASURED", "Stale", "Suspect", "render_quote", "value_text",
            "machine", "check", "render", "unmarked", "main"]
@@ -103,23 +104,15 @@ _WARM = "studies/warm_start.json"
 
 
 def _warm_rates(d: Data, config: str) -> list[float]:
-    """gan3d warm-start: each run's median showers/s (of its epochs), one per seed."""
-    runs = sorted((r for r in d["runs"].values() if r["config_id"] == config),
-                  key=lambda r: r["seed"])
-    return [r["showers_per_s"] for r in runs]
+    """gan3d warm-start: each run's median showers/s (of its epochs), by seed."""
+    runs = sorted(d["runs"].values(), key=lambda r: r["seed"])
+    return [r["showers_per_s"] for r in runs if r["config_id"] == config]
 
 
-def _warm_rate(qid: str, config: str) -> Quote:
-    return Quote(qid, _WARM, lambda d: statistics.median(_warm_rates(d, config)),
-                 "median of {n} runs", " showers/s", samples=lambda d: _warm_rates(d, config))
-
-
-def _warm_ratios(d: Data) -> list[float]:
-    """bfloat16 over float32, per seed both ran (1 worker; the runs followed each other)."""
+def _warm_ratios(d: Data) -> list[float]:  # bfloat16 over float32 (1 worker), seed by seed
     runs = d["runs"]
-    return [r["showers_per_s"] / runs[f"1w-s{r['seed']}"]["showers_per_s"]
-            for r in sorted(runs.values(), key=lambda r: r["seed"])
-            if r["config_id"] == "1w-bf16" and f"1w-s{r['seed']}" in runs]
+    return [r["showers_per_s"] / runs[f"1w-s{r['seed']}"]["showers_per_s"] for r in
+            sorted(runs.values(), key=lambda r: r["seed"]) if r["config_id"] == "1w-bf16"]
 
 
 def _speedup(qid: str, source: str, precision: str, config: str) -> Quote:
@@ -181,8 +174,9 @@ QUOTES: dict[str, Quote] = {q.id: q for q in (
           "of 20, mean over 6 seeds", ""),
     Quote("precision.targets_met.float32", _PREC,
           lambda d: _tost(d, "mon_targets_met")["ref_mean"], "of 20, mean over 6 seeds", ""),
-    _warm_rate("warm.epyc.bfloat16.1w", "1w-bf16"),
-    _warm_rate("warm.epyc.float32.1w", "1w"),
+    *(Quote(f"warm.epyc.{p}.1w", _WARM, lambda d, c=c: statistics.median(_warm_rates(d, c)),
+            "median of {n} runs", " showers/s", samples=lambda d, c=c: _warm_rates(d, c))
+      for p, c in (("bfloat16", "1w-bf16"), ("float32", "1w"))),
     Quote("warm.epyc.bfloat16_over_float32", _WARM,
           lambda d: statistics.median(_warm_ratios(d)), "median of {n} runs' ratios to the float32 run of their seed", "x",
           samples=_warm_ratios, spread="per seed"),
@@ -190,32 +184,6 @@ QUOTES: dict[str, Quote] = {q.id: q for q in (
           lambda d: d["generator_forward_flops"] / d["folded_forward_flops"],
           "ratio of the forward FLOPs counted", "x"),
 )}
-
-# Numbers in the pages that are not measurements: the paper's, and settings. Each phrase is
-# skipped wherever it occurs (whole), so keep them specific.
-NOT_MEASURED: dict[str, str] = {
-    "98.9 %": "the paper's training-only scaling efficiency at 12 GPUs",
-    "20 h 16 min": "the paper's full training with test-loss evaluation on 1 GPU",
-    "2 h 14 min": "the paper's full training with test-loss evaluation on 12 GPUs",
-    "9.07×": "the paper's speed-up, 20 h 16 min over 2 h 14 min",
-    "25×25×25": "the calorimeter's cells (the data's shape)",
-    "after 15 minutes": "pytest-timeout's limit per test (`timeout = 900` in pyproject.toml)",
-    "10 % of a step": "the share of a step at which scaling/multinode.py calls an all-reduce costly",
-    "540 s by default": "the default of bench/device_check.py's --budget, a setting",
-    "90 % interval": "the confidence level of the studies' equivalence test (TOST at 5 %), a setting",
-    "margin of 0.05": "the profile distance's equivalence margin, fixed in convergence/analysis.py",
-    # docs/reliability.md: the bounds its fault tests assert, and the watchdog's setting
-    "< 60 s": "the bound tests/test_faults.py asserts on a killed rank or engine",
-    "within 120 s": "the bound of tests/test_faults.py's kernel interrupt",
-    "within 15 s more": "the bound of tests/test_faults.py on the engines' exit after it",
-    "within 10 s": "the bound of tests/test_faults.py on each cluster cycle's processes",
-    "each 0.2 s": "how often Cluster.run checks its engines (poll = 0.2 in parallel/cluster.py), a setting",
-    "after 900 s": "pytest-timeout's limit per test (`timeout = 900` in pyproject.toml)",
-    "| 900 s |": "the same limit, in the table's time column",
-    "under 30 s (the test's bound)": "the bound tests/test_netns.py asserts",
-    "a grace of 30 s": "the default grace of cli._bounded_interrupt after Ctrl-C, a setting",
-}
-
 
 # -- rendering -------------------------------------------------------------------------------
 
@@ -281,7 +249,8 @@ def machine(quote: Quote, root: Path | None = None, cache: dict[str, Data] | Non
     prov = data.get("provenance") or {}
     m = prov.get("machine") or {}
     text = f"{m.get('cores', '?')}-core {m.get('cpu') or m.get('processor') or 'unknown CPU'}"
-    bf16 = m.get("bfloat16", data.get("cpu_has_bf16", prov.get("cpu_bf16")))
+    own = data.get("machine") if isinstance(data.get("machine"), dict) else {}  # gan3d study's
+    bf16 = m.get("bfloat16", own.get("bfloat16", data.get("cpu_has_bf16", prov.get("cpu_bf16"))))
     if bf16 is not None:
         text += ", bfloat16 arithmetic" if bf16 else ", no bfloat16 arithmetic"
     if prov.get("time_utc"):
@@ -365,41 +334,6 @@ def render(path: str | Path, root: Path | None = None) -> tuple[int, list[Stale]
         with atomic_path(path) as tmp:
             tmp.write_text(text)
     return len(fix), [s for _, s in found if s.expected is None]
-
-
-# -- numbers nobody marked -------------------------------------------------------------------
-
-MEASURED = re.compile(
-    r"(?<![\w.,])\d[\d,]*(?:\.\d+)?(?:[x×](?!\w)|\s?(?:%|showers/s|[GT]FLOP/s|[GM]B/s"
-    r"|ms\b|s\b|min\b|minutes?\b|h\b|hours?\b|seconds?\b))")
-_SKIP = re.compile(r"```.*?```|`[^`\n]*`|<!--q:.*?<!--/q-->|<!--.*?-->|\]\([^)]*\)", re.S)
-
-
-@dataclasses.dataclass(frozen=True)
-class Suspect:
-    """A number in a page's prose that looks measured and is neither marked nor allowed."""
-
-    path: str
-    line: int
-    number: str
-    context: str
-
-    def __str__(self) -> str:
-        return (f"{self.path}:{self.line}: {self.number!r} looks measured but is not a quote "
-                f"(...{self.context}...); mark it <!--q:ID-->...<!--/q--> or say it without the number")
-
-
-def unmarked(path: str | Path) -> list[Suspect]:
-    """Numbers of ``path`` that look measured, outside code, markers, links and
-    :data:`NOT_MEASURED` (blanked with spaces, so that line numbers stay right)."""
-    text = Path(path).read_text()
-    blank = lambda m: re.sub(r"[^\n]", " ", m.group(0))  # noqa: E731
-    text = _SKIP.sub(blank, text)
-    for phrase in NOT_MEASURED:
-        text = text.replace(phrase, re.sub(r"[^\n]", " ", phrase))
-    return [Suspect(str(path), text.count("\n", 0, m.start()) + 1, m.group(0),
-                    " ".join(text[max(0, m.start() - 40):m.end() + 20].split()))
-            for m in MEASURED.finditer(text)]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -26,6 +26,7 @@ unless ``allow_dirty`` (``--allow-dirty``) is given, and then the file's provena
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any, Mapping, TypedDict
@@ -36,6 +37,7 @@ from .io import provenance as _provenance
 from .io import read_json
 
 __all__ = ["SCHEMA", "KINDS", "STUDIES", "Envelope", "record", "stamp", "schema_of", "read",
+           "number", "shown",
            "require_clean", "check_writable", "write"]
 
 STUDIES = "studies"  # the folder of a repository whose files are guarded (committed evidence)
@@ -163,3 +165,14 @@ def write(path: str | os.PathLike, data: dict[str, Any], *, allow_dirty: bool = 
     if check_writable(path, allow_dirty) and mark and isinstance(data.get("provenance"), dict):
         data["provenance"]["clean"] = False
     return write_json(path, data)
+
+
+def number(x: Any) -> float:
+    """A number of a study file as a float: NaN where the file holds null (the JSON of a value
+    that was not finite when written, e.g. the interval of one seed)."""
+    return math.nan if x is None else float(x)
+
+
+def shown(x: Any, spec: str = ".3g", missing: str = "n/a") -> str:
+    """A number of a study file as text in ``spec``; ``missing`` where the file holds null."""
+    return missing if x is None else format(x, spec)

@@ -287,12 +287,12 @@ def verdicts(results: dict, reference: str | None = None) -> list[dict]:
 
 def describe(v: dict) -> str:
     """One verdict row in a line: numbers to 3 digits, "n/a" for what the JSON holds as null."""
-    def num(x, fmt="+.3g"):
-        return "n/a" if x is None else format(x, fmt)
+    from ..records import shown as num
 
     need = v.get("seeds_needed")
     return (f"{v['candidate']} vs {v['reference']} {v['monitor']}: {v['verdict']} ({v['n']} "
-            f"seeds, diff {num(v['diff'])}, 90 % [{num(v['low'])}, {num(v['high'])}], margin "
+            f"seeds, diff {num(v['diff'], '+.3g')}, 90 % [{num(v['low'], '+.3g')}, "
+            f"{num(v['high'], '+.3g')}], margin "
             f"+-{num(v['margin'], '.3g')}" + (f"; ~{need:.0f} seeds to decide" if need and
                                               v["verdict"] == "inconclusive" else "") + ")")
 

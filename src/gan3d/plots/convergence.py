@@ -13,6 +13,7 @@ from typing import Sequence
 import numpy as np
 
 from ..convergence import analysis
+from ..records import number
 from . import LABELS, colours, panels, styled
 
 __all__ = ["monitor_bands", "verdict_forest", "paired_forest", "sync_frequency", "lr_rules"]
@@ -70,11 +71,6 @@ def monitor_bands(results: dict, configs: Sequence[str],
     return fig
 
 
-def _num(x) -> float:
-    """A number of a results JSON, where a value that was not finite is stored as null."""
-    return np.nan if x is None else float(x)
-
-
 @styled
 def verdict_forest(rows: Sequence[dict], *, title: str = "", ax=None):
     """Each comparison's difference of means with its 90 % interval, in units of its margin (the
@@ -82,12 +78,12 @@ def verdict_forest(rows: Sequence[dict], *, title: str = "", ax=None):
     *inconclusive* (``ax``: one Axes)."""
     fig, ax = panels(ax, 1, 1, width=7.0, height=0.32 * max(len(rows), 6) + 1.2)
     for i, r in enumerate(rows):
-        m = _num(r["margin"]) or np.nan
+        m = number(r["margin"]) or np.nan
         colour = _VERDICT_COLOUR[r["verdict"]]
-        lo, hi = _num(r.get("low")) / m, _num(r.get("high")) / m  # null (1 seed): no bar
+        lo, hi = number(r.get("low")) / m, number(r.get("high")) / m  # null (1 seed): no bar
         if np.isfinite(lo) and np.isfinite(hi):
             ax.plot([lo, hi], [i, i], "-", color=colour, lw=2.5)
-        ax.plot(_num(r["diff"]) / m, i, "o", color=colour, ms=5)
+        ax.plot(number(r["diff"]) / m, i, "o", color=colour, ms=5)
     ax.set_xscale("symlog", linthresh=1.0)  # linear inside the margins, compressed beyond
     ax.axvline(0, color="k", lw=0.8)
     for x in (-1, 1):
@@ -113,7 +109,7 @@ def paired_forest(rows: Sequence[dict], *, ax=None):
     fig = verdict_forest(rows, ax=ax, title=f"{LABELS['measured']}: paired tests, seed by seed")
     ax = fig.axes[0]
     for i, r in enumerate(rows):
-        d = np.asarray([_num(x) for x in r.get("diffs") or []], float) / (_num(r["margin"]) or np.nan)
+        d = np.asarray([number(x) for x in r.get("diffs") or []], float) / (number(r["margin"]) or np.nan)
         if d.size:
             ax.plot(d, np.full(d.size, i + 0.22), ".", color="0.25", ms=3.5,
                     label="one seed's difference" if i == 0 else None)
