@@ -141,7 +141,7 @@ def _warm_start(figs, shown_summary, shown):
     from scipy import stats
 
     from gan3d.convergence.analysis import FINAL_POINTS, MARGINS
-    from gan3d.plots.convergence import NAMES, label
+    from gan3d.plots.convergence import NAMES, row_label
 
     runs = _warm_runs()
     made = {p.name for p in figs.glob("training_warm_start_*.png")}
@@ -152,16 +152,21 @@ def _warm_start(figs, shown_summary, shown):
     assert shown_summary["runs"] == sorted(runs)
     rows = shown_summary["verdicts"]
     (forest,) = panels(figs, "training_warm_start_verdicts.png")
-    assert forest["yticks"]["labels"] == [f"{label(r['candidate'])}: {NAMES[r['monitor']]}"
+    assert forest["yticks"]["labels"] == [f"{row_label(r)}: {NAMES[r['monitor']]}"
                                           for r in rows]
+    # every configuration against 1 worker; local SGD also against 2 workers at k = 1
+    k16 = sorted({r["seed"] for r in runs.values() if r["config_id"] == "2w-linear-k16"})
+    assert [r["reference"] for r in rows] == ["1w"] * (len(rows) - 8 * bool(k16)) + ["2w-linear"] * 8 * bool(k16)
+    assert all(r["seeds"] == k16 for r in rows if r["candidate"] == "2w-linear-k16")
     final = lambda rid, m: np.mean([x[m] for x in runs[rid]["rows"] if x.get(m) is not None][-FINAL_POINTS:])  # noqa: E731
     for i, r in enumerate(rows):
-        d = np.array([final(f"{r['candidate']}-s{s}", r["monitor"]) - final(f"1w-s{s}", r["monitor"])
+        ref = r["reference"]
+        d = np.array([final(f"{r['candidate']}-s{s}", r["monitor"]) - final(f"{ref}-s{s}", r["monitor"])
                       for s in r["seeds"]])
         assert r["diffs"] == pytest.approx(d.tolist(), rel=1e-9, abs=1e-12)
         margin, kind = MARGINS[r["monitor"]]
         if kind == "rel":
-            margin *= abs(np.mean([final(f"1w-s{s}", r["monitor"]) for s in r["seeds"]]))
+            margin *= abs(np.mean([final(f"{ref}-s{s}", r["monitor"]) for s in r["seeds"]]))
         assert r["margin"] == pytest.approx(margin)
         if len(d) < 2:
             assert r["verdict"] == "too few seeds"
@@ -267,7 +272,7 @@ def _convergence(figs, committed, eq_rows):
     256 ... 1,024 showers), the band +- one seed-to-seed sd; each verdict drawn where its
     interval lies; local SGD's communication falls as 1/k."""
     from gan3d.convergence import analysis
-    from gan3d.plots.convergence import NAMES, label
+    from gan3d.plots.convergence import NAMES, row_label
 
     runs = committed["runs"]
     curves = panels(figs, "training_convergence_curves.png")

@@ -16,7 +16,8 @@ from ..convergence import analysis
 from ..records import number
 from . import LABELS, colours, panels, styled
 
-__all__ = ["monitor_bands", "verdict_forest", "paired_forest", "sync_frequency", "lr_rules"]
+__all__ = ["label", "row_label", "monitor_bands", "verdict_forest", "paired_forest", "sync_frequency",
+           "lr_rules"]
 
 NAMES = {
     "profile_distance": "longitudinal-profile distance",
@@ -42,6 +43,12 @@ def label(config_id: str) -> str:
     for part in parts[2:]:
         text += f", local SGD k={part[1:]}" if part.startswith("k") else ""
     return text + (", bfloat16" if config_id.endswith("-bf16") else "")
+
+
+def row_label(row: dict) -> str:
+    """A comparison's candidate, and its reference where that is not 1 worker."""
+    ref = row.get("reference")
+    return label(row["candidate"]) + (f" vs {label(ref)}" if ref and ref != "1w" else "")
 
 
 @styled
@@ -89,7 +96,7 @@ def verdict_forest(rows: Sequence[dict], *, title: str = "", ax=None):
     for x in (-1, 1):
         ax.axvline(x, color="k", ls="--", lw=0.8)
     ax.set_yticks(range(len(rows)))
-    ax.set_yticklabels([f"{label(r['candidate'])}: {NAMES.get(r['monitor'], r['monitor'])}"
+    ax.set_yticklabels([f"{row_label(r)}: {NAMES.get(r['monitor'], r['monitor'])}"
                         for r in rows], fontsize="small")
     ax.invert_yaxis()
     ax.set_xlabel("(candidate - reference) / margin (symmetric log beyond +-1); bar: 90 % "
