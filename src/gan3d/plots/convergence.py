@@ -16,8 +16,7 @@ from ..convergence import analysis
 from ..records import number
 from . import LABELS, colours, panels, styled
 
-__all__ = ["label", "row_label", "monitor_bands", "verdict_forest", "paired_forest", "sync_frequency",
-           "lr_rules"]
+__all__ = ["monitor_bands", "verdict_forest", "paired_forest", "sync_frequency", "lr_rules"]
 
 NAMES = {
     "profile_distance": "longitudinal-profile distance",
