@@ -272,7 +272,7 @@ def _convergence(figs, committed, eq_rows):
     256 ... 1,024 showers), the band +- one seed-to-seed sd; each verdict drawn where its
     interval lies; local SGD's communication falls as 1/k."""
     from gan3d.convergence import analysis
-    from gan3d.plots.convergence import NAMES, row_label
+    from gan3d.plots.convergence import NAMES, label, row_label
 
     runs = committed["runs"]
     curves = panels(figs, "training_convergence_curves.png")
@@ -294,7 +294,7 @@ def _convergence(figs, committed, eq_rows):
     (forest,) = panels(figs, "training_convergence_verdicts.png")
     key = ("profile_distance", "sampling_fraction", "max_layer", "mon_targets_met", "g_loss")
     shown = [v for v in eq_rows if v["monitor"] in key]
-    assert forest["yticks"]["labels"] == [f"{label(v['candidate'])}: {NAMES[v['monitor']]}"
+    assert forest["yticks"]["labels"] == [f"{row_label(v)}: {NAMES[v['monitor']]}"
                                           for v in shown]
     colour = {"equivalent": "#2ca02c", "different": "#d62728", "inconclusive": "#8c8c8c"}
     for i, v in enumerate(shown):
