@@ -278,6 +278,36 @@ def test_the_local_sgd_claim_pairs_k16_with_k1_from_the_warm_start_block(tmp_pat
     assert _by_id(claims.ledger(root))["local-sgd"]["verdict"] == "not reproduced"
 
 
+def test_the_long_runs_claim_waits_for_equal_budgets_and_a_physics_grade_1_worker(tmp_path):
+    root = _root(tmp_path)
+    rows = _by_id(claims.ledger(root))
+    assert rows["n-workers-long-runs"]["verdict"] == "inconclusive"
+    assert "long_runs.json is missing" in rows["n-workers-long-runs"]["needs"]
+
+    def run(workers, seen, met, worst, fpd):
+        return {"workers": workers, "showers_seen": seen, "targets_met": met,
+                "worst_resolution_ratio": worst, "fpd": fpd, "auc": 0.9,
+                "goal_met": met >= 18 and worst <= 1.5 and fpd <= 5}
+
+    def verdict(one, two):
+        _write(root, "results/validation/long_runs.json",
+               {"runs": {"1 worker, long run": one, "2 workers, long run": two}})
+        return _by_id(claims.ledger(root))["n-workers-long-runs"]
+
+    row = verdict(run(1, 99_200, 19, 1.2, 3.0), run(2, 83_200, 19, 1.2, 3.0))
+    assert row["verdict"] == "inconclusive" and "99,200 and 83,200" in row["needs"]
+    row = verdict(run(1, 208_000, 15, 1.2, 3.0), run(2, 208_000, 19, 1.2, 3.0))
+    assert row["verdict"] == "inconclusive" and "physics grade" in row["needs"]
+    assert verdict(run(1, 208_000, 19, 1.4, 4.0), run(2, 208_000, 17, 1.5, 5.0))["verdict"] == \
+        "reproduced"  # 2 fewer targets: within the studies' margin
+    assert verdict(run(1, 208_000, 19, 1.4, 4.0), run(2, 208_000, 16, 1.2, 3.0))["verdict"] == \
+        "not reproduced"
+    assert verdict(run(1, 208_000, 18, 1.4, 4.0), run(2, 208_000, 18, 1.6, 3.0))["verdict"] == \
+        "not reproduced"
+    row = verdict(run(1, 208_000, 18, 1.4, 4.0), run(2, 208_000, 18, 1.2, 6.0))
+    assert row["verdict"] == "not reproduced" and "FPD 6" in row["value"]
+
+
 def test_auto_trains_in_bfloat16_only_once_the_ledger_says_it_trains_like_float32(monkeypatch):
     """The default precision is decided by the evidence: training's ``auto`` is bfloat16 exactly
     when the committed studies reproduce ``bfloat16-like-float32`` - so a precision study that

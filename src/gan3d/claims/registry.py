@@ -71,6 +71,12 @@ CLAIMS: tuple[Claim, ...] = (
           ">= 6 of 8 equivalent and none different", "studies/warm_start.json (its k = 16 "
           "block against 2 workers at k = 1, once it has 5 seeds; until then "
           "studies/convergence.json), notebook 02", NB_TRAIN, q.local_sgd),
+    Claim("n-workers-long-runs", "A generator trained on 2 workers (lr x 2) is as good a shower "
+          "simulator as one trained on 1.", "paper, Sect. 4; this package", "the long runs' "
+          "generators at the same number of showers, 256 showers per energy: targets met, "
+          "resolution, FPD", "-", "1 worker meets the goal (>= 18 of 20, resolution <= 1.5x the "
+          "reference's, FPD <= 5); 2 workers meets resolution and FPD, targets within 2",
+          "notebook 04, results/validation/long_runs.json", NB_VALID, q.long_pair),
     Claim("reference-generator", "The shipped reference generator meets its physics targets.",
           "this package", "targets met of 20 (4 energies x 5 quantities)", "-", ">= 18 of 20",
           "src/gan3d/gan/reference/reference.json, notebooks 02 and 04", NB_VALID,
