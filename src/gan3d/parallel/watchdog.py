@@ -57,8 +57,8 @@ def end_trees(pids: list[int], grace: float = 3.0) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    files = args[args.index("--remove") + 1:] if "--remove" in args else []
-    numbers = [int(a) for a in args[:len(args) - len(files) - (1 if files else 0)]]
+    cut = args.index("--remove") if "--remove" in args else len(args)
+    numbers, files = [int(a) for a in args[:cut]], args[cut + 1:]
     owner, pids = numbers[0], numbers[1:]
     while any(_alive(p) for p in pids):
         if not _alive(owner):
