@@ -141,3 +141,7 @@ def test_a_verdict_line_rounds_and_says_what_is_not_finite():
     assert line == ("2w-linear vs 1w max_layer: inconclusive (9 seeds, diff +0.123, 90 % [n/a, "
                     "+0.5], margin +-0.5; ~27 seeds to decide)")
     assert "to decide" not in warmstart.describe({**row, "verdict": "equivalent"})
+    # a count that cannot be had (no spread, or the interval as wide as the margin) is left out
+    for nothing in (None, float("nan")):
+        assert warmstart.describe({**row, "seeds_needed": nothing}).endswith("margin +-0.5)")
+    assert warmstart.describe({**row, "diff": float("nan")}).count("n/a") == 2

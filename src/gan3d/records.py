@@ -174,5 +174,6 @@ def number(x: Any) -> float:
 
 
 def shown(x: Any, spec: str = ".3g", missing: str = "n/a") -> str:
-    """A number of a study file as text in ``spec``; ``missing`` where the file holds null."""
-    return missing if x is None else format(x, spec)
+    """A number of a study file as text in ``spec``; ``missing`` where the file holds null (or
+    a value computed afresh is not finite)."""
+    return missing if x is None or not math.isfinite(x) else format(x, spec)

@@ -289,12 +289,11 @@ def describe(v: dict) -> str:
     """One verdict row in a line: numbers to 3 digits, "n/a" for what the JSON holds as null."""
     from ..records import shown as num
 
-    need = v.get("seeds_needed")
+    need = num(v.get("seeds_needed"), ".0f", "") if v["verdict"] == "inconclusive" else ""
     return (f"{v['candidate']} vs {v['reference']} {v['monitor']}: {v['verdict']} ({v['n']} "
             f"seeds, diff {num(v['diff'], '+.3g')}, 90 % [{num(v['low'], '+.3g')}, "
             f"{num(v['high'], '+.3g')}], margin "
-            f"+-{num(v['margin'], '.3g')}" + (f"; ~{need:.0f} seeds to decide" if need and
-                                              v["verdict"] == "inconclusive" else "") + ")")
+            f"+-{num(v['margin'], '.3g')}" + (f"; ~{need} seeds to decide" if need else "") + ")")
 
 
 def _save(out: Path, results: dict, cfg: Config, allow_dirty: bool) -> None:
