@@ -28,6 +28,15 @@ FIGURES = {"validation_check.png", "validation_metrics.png", "validation_samplin
            "validation_long_runs.png"}
 
 
+def _parameter(name: str):
+    """The default of one of notebook 04's parameters, as its parameters cell sets it."""
+    nb = nbformat.read(NOTEBOOKS / "04_physics_validation.ipynb", as_version=4)
+    cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    scope: dict = {}
+    exec(cell.source, scope)
+    return scope[name]
+
+
 def test_committed_without_outputs_and_with_parameters():
     nb = nbformat.read(NOTEBOOKS / "04_physics_validation.ipynb", as_version=4)
     assert nb.cells[0].cell_type == "markdown"
@@ -80,7 +89,7 @@ def test_notebook_runs_and_writes_figures(run_notebook, tmp_path):
     # The long runs' newest checkpoints are validated beside them, named by their showers; their
     # targets at 64 showers per energy with the monitors' latents are their history's last row.
     long = {}
-    for path in ("studies/learning-curve", "studies/learning-curve-2w"):
+    for path in _parameter("long_runs"):  # the notebook's default: the committed long runs
         rec = validation.checkpoint_record(validation.newest_checkpoint(ROOT / path))
         w = rec["workers"]
         long[f"{w} worker{'s' if w > 1 else ''}, long run ({rec['showers_seen']:,} showers)"] = rec
