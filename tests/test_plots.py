@@ -100,6 +100,27 @@ def _known_figure():
     return fig
 
 
+def test_a_png_is_matplotlibs_pixels_without_an_alpha_channel_it_does_not_need(tmp_path):
+    import matplotlib.pyplot as plt
+    from PIL import Image
+
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [1, 0], label="a line")
+    ax.legend()
+    plots.save_figure(fig, tmp_path / "ours.png", data=False)
+    with plots.style():
+        fig.savefig(tmp_path / "theirs.png", dpi=130)
+    with Image.open(tmp_path / "ours.png") as ours, Image.open(tmp_path / "theirs.png") as theirs:
+        assert ours.mode == "RGB" and theirs.mode == "RGBA"  # opaque: the alpha channel dropped
+        assert np.array_equal(np.asarray(ours.convert("RGBA")), np.asarray(theirs))  # pixels
+    assert (tmp_path / "ours.png").stat().st_size < (tmp_path / "theirs.png").stat().st_size
+    fig.patch.set_alpha(0.0)  # a transparent figure keeps its alpha
+    plots.save_figure(fig, tmp_path / "clear.png", data=False)
+    with Image.open(tmp_path / "clear.png") as clear:
+        assert clear.mode == "RGBA"
+    plt.close(fig)
+
+
 def test_a_figure_is_described_by_what_it_draws(tmp_path):
     from gan3d.plots import description
 
