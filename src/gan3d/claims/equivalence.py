@@ -101,10 +101,8 @@ def bf16(ev: Evidence) -> Outcome:
     showers, where the seeds' spread swamps the margins). Fixed before the block's first run."""
     rows, w = _warm_block(ev, "1w-bf16")
     if rows:
-        par, cfg = w["parent"], w.get("warm", {})
-        return decide_equivalence(rows, "study", (
-            f"1 worker in bfloat16 against float32, {cfg.get('showers', 0):,} showers per run "
-            f"forked from {par['showers_seen']:,} showers of training, paired by seed"))
+        return decide_equivalence(rows, "study",
+                                  f"1 worker in bfloat16 against float32, {_forked(w)}")
     p = ev.json("studies/precision.json")
     tost = p["comparison"]["tost"]
     rows = [{"monitor": k, **v} for k, v in tost.items()]
@@ -120,11 +118,8 @@ def local_sgd(ev: Evidence) -> Outcome:
     table = {r["k"]: r for r in c.get("communication_table", [])}
     rows, w = _warm_block(ev, "2w-linear-k16", "2w-linear")
     if rows:
-        par, cfg = w["parent"], w.get("warm", {})
-        phys = decide_equivalence(rows, "study", (
-            f"local SGD k = 16 against k = 1 (2 workers, lr x 2), {cfg.get('showers', 0):,} "
-            f"showers per run forked from {par['showers_seen']:,} showers of training, paired "
-            "by seed"))
+        phys = decide_equivalence(rows, "study", "local SGD k = 16 against k = 1 (2 workers, "
+                                  f"lr x 2), {_forked(w)}")
     else:
         rows = _convergence_rows(ev, "2w-linear-k16", "2w-linear")
         phys = decide_equivalence(rows, "study", "local SGD k = 16 against k = 1 (2 workers)")
@@ -145,8 +140,8 @@ def _warm_block(ev: Evidence, candidate: str, reference: str | None = None
     relpath = "studies/warm_start.json"
     w = ev.peek(relpath)
     try:
-        rows = (w.get("verdicts", []) if reference is None
-                else warmstart.verdicts(w, reference))
+        rows = (w.get("verdicts", []) if reference is None else  # else warmstart.ALSO's
+                [r for r in warmstart.also_verdicts(w) if r["reference"] == reference])
         rows = [r for r in rows if r["candidate"] == candidate]
         planned = int(w.get("warm", {}).get("seeds", 5))
         if not rows or min(int(r.get("n") or 0) for r in rows) < planned:
@@ -157,16 +152,19 @@ def _warm_block(ev: Evidence, candidate: str, reference: str | None = None
     return rows, w
 
 
+def _forked(w: dict) -> str:
+    """How a warm-start run was made, for a claim's value."""
+    return (f"{w.get('warm', {}).get('showers', 0):,} showers per run forked from "
+            f"{w['parent']['showers_seen']:,} showers of training, paired by seed")
+
+
 def warm_start(ev: Evidence) -> Outcome:
     w = ev.json("studies/warm_start.json")
     rows = [r for r in w.get("verdicts", []) if r["candidate"] == "2w-linear"]
     if not rows:
         raise MissingEvidence("studies/warm_start.json has no pair of 2-worker (lr x 2) and "
                               "1-worker runs yet", "`gan3d warm-start` makes them")
-    par, cfg = w["parent"], w.get("warm", {})
-    return decide_equivalence(rows, "study", (
-        f"2 workers (lr x 2) against 1 worker, {cfg.get('showers', 0):,} showers per run forked "
-        f"from {par['showers_seen']:,} showers of training, paired by seed"))
+    return decide_equivalence(rows, "study", f"2 workers (lr x 2) against 1 worker, {_forked(w)}")
 
 
 def long_pair(ev: Evidence) -> Outcome:

@@ -57,7 +57,7 @@ from .study import _finite
 log = console.get_logger(__name__)
 
 __all__ = ["WarmRun", "parse", "plan", "run_config", "code_hash", "run_warm", "load", "status",
-           "verdicts", "decided", "describe", "QUANTITIES"]
+           "verdicts", "also_verdicts", "ALSO", "decided", "describe", "QUANTITIES"]
 
 _NAME = re.compile(r"^(\d+)w(?:-(linear|sqrt|none))?(?:-k(\d+))?(-bf16)?$")
 QUANTITIES = tuple(analysis.MARGINS)  # the 8 quantities compared
@@ -283,6 +283,18 @@ def verdicts(results: dict, reference: str | None = None) -> list[dict]:
             rows.append({"candidate": cand, "reference": ref, "monitor": name, "seeds": seeds,
                          **analysis.paired_tost(a, b, m)})
     return rows
+
+
+# Comparisons beside every candidate against 1 worker: local SGD against k = 1, the 2-worker runs
+# of the same seeds (what the ledger's ``local-sgd`` decides from).
+ALSO = (("2w-linear-k16", "2w-linear"),)
+
+
+def also_verdicts(results: dict) -> list[dict]:
+    """The paired rows of :data:`ALSO`, for each candidate that has runs."""
+    runs = results.get("runs", {}).values()
+    return [r for cand, ref in ALSO if any(x["config_id"] == cand for x in runs)
+            for r in verdicts(results, ref) if r["candidate"] == cand]
 
 
 def describe(v: dict) -> str:
