@@ -148,6 +148,28 @@ def test_a_rank_killed_mid_epoch_ends_the_job_within_a_minute(tmp_path, launcher
     assert not (tmp_path / "out" / "generator.keras").exists()
 
 
+def test_sigterm_to_gan3d_train_alone_stops_its_ranks(tmp_path):
+    """A batch system's stop (SIGTERM to the launching process only, not to its group): mpirun
+    runs in a session of its own, so without the launcher's handler the ranks trained on as
+    orphans. The job ends with 128 + 15, says why, and no rank or mpirun survives."""
+    job = _Job(LAUNCHERS["gan3d train --workers 2"](_overrides(tmp_path)))
+    try:
+        job.rank_process(1)
+        procs = job.tree()
+        assert len(procs) >= 3, [p.name() for p in procs]  # mpirun and two ranks at least
+        job.proc.send_signal(signal.SIGTERM)
+        t0 = time.monotonic()
+        code = job.proc.wait(timeout=60)
+        elapsed = time.monotonic() - t0
+        left = _gone(procs, timeout=30)
+    finally:
+        job.close()
+    print(f"\nSIGTERM to gan3d train -> ended in {elapsed:.1f} s, exit {code}")
+    assert code == 128 + signal.SIGTERM, job.output()[-3000:]
+    assert "SIGTERM received: stopping the 2 MPI ranks" in job.output()
+    assert left == [], [" ".join(p.cmdline())[:80] for p in left]
+
+
 def test_an_engine_killed_mid_training_ends_train_on_engines(tmp_path):
     from gan3d.exceptions import RankFailed
     from gan3d.parallel.cluster import train_on_engines

@@ -57,12 +57,16 @@ def launch(np: int, argv: Sequence[str], *, timeout: float | None = None,
 
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
+    previous = _stop_on_termination(np)
     try:
         proc.wait(timeout=timeout)
-    except BaseException:  # a timeout, Ctrl-C, a test's time limit: no rank may survive
+    except BaseException:  # a timeout, Ctrl-C, SIGTERM, a test's time limit: no rank may survive
         _kill_group(proc)
         reader.join(5)
         raise
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     reader.join(5)
     proc.stdout.close()
     output = "".join(lines)
@@ -71,6 +75,24 @@ def launch(np: int, argv: Sequence[str], *, timeout: float | None = None,
         raise RankFailed(rank, message or f"mpirun exited with status {proc.returncode}:\n"
                          + "".join(lines[-30:]))
     return subprocess.CompletedProcess(cmd, proc.returncode, output, "")
+
+
+def _stop_on_termination(np: int) -> dict:
+    """While the job runs, SIGTERM and SIGHUP (a batch system's stop, a closed terminal) unwind
+    this process like Ctrl-C, so that :func:`launch` stops the ranks: mpirun runs in a session of
+    its own and would not hear a signal sent to this process alone. Returns the handlers to put
+    back; nothing is changed outside the main thread (where Python cannot set handlers), and a
+    signal set to be ignored (``nohup``'s SIGHUP) stays ignored."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+
+    def stop(signum, frame):
+        name = signal.Signals(signum).name
+        print(f"gan3d: {name} received: stopping the {np} MPI ranks", file=sys.stderr, flush=True)
+        raise SystemExit(128 + signum)
+
+    return {signum: signal.signal(signum, stop) for signum in (signal.SIGTERM, signal.SIGHUP)
+            if signal.getsignal(signum) not in (signal.SIG_IGN, None)}
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
