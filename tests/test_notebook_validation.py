@@ -14,6 +14,7 @@ import pytest
 
 from gan3d.data.calorimeter import sampling_fraction_fit
 from gan3d.gan import reference
+from gan3d.validation import monitors, trend
 from gan3d.validation import study as validation
 
 from conftest import NOTEBOOKS, ROOT
@@ -101,6 +102,13 @@ def test_notebook_runs_and_writes_figures(run_notebook, tmp_path):
         assert runs[lab]["showers_seen"] == rec["showers_seen"] and runs[lab]["hours"] > 0
         assert runs[lab]["goal_met"] == (runs[lab]["targets_met"] >= 18 and runs[lab]["fpd"] <= 5
                                          and runs[lab]["worst_resolution_ratio"] <= 1.5)
+        # the estimate of the showers to each goal is the run's own history's, recomputed here
+        est = trend.showers_to_goal(rec["history"])
+        assert set(runs[lab]["showers_to_goal"]) == set(est) == {"targets_met", "resolution",
+                                                                 *monitors.TARGETS}
+        for name, e in est.items():
+            assert runs[lab]["showers_to_goal"][name]["showers"] == pytest.approx(e["showers"],
+                                                                                 nan_ok=True)
     (curves_ax, *_) = panels(figures, "validation_long_runs.png")
     lines = [s for s in series(curves_ax, "line") if s["label"] in long]
     assert [s["label"] for s in lines] == list(long)

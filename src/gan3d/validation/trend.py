@@ -1,0 +1,157 @@
+"""How many showers a run's trend would need to reach a goal: an estimate, from its history.
+
+A long run that has not met a goal yet should say how far it is and how fast it is coming. For
+each goal quantity of a physics-grade generator that the training history records every epoch
+(the physics monitors, :mod:`gan3d.validation.monitors`, at the monitor energies):
+
+* ``targets_met`` - the (energy, target) pairs met, of 20; goal >= :data:`GOAL_TARGETS`;
+* each target of :data:`~gan3d.validation.monitors.TARGETS` - its worst energy's
+  |deviation| / tolerance; goal <= 1 (met at every energy);
+* ``resolution`` - the worst energy's |ECAL-sum spread / reference's - 1| / 0.5: the energy
+  resolution within 1.5x of the reference's (the spread is sigma / mean of the visible energy);
+  goal <= 1.
+
+The model, fitted by least squares to the epochs from :data:`WINDOW` of the showers seen on
+(the later half; a fork's parent's epochs count: they are its trajectory too): the deviations
+fall as a power of the showers seen, ``log y = a + b log S``; the targets met rise linearly in
+``log S``. Where the line reaches the goal is the estimate. Its 90 % interval comes from a
+moving-block bootstrap over the epochs (blocks of :data:`BLOCK` epochs, since neighbouring epochs
+are correlated; on 21 epochs of independent noise such an interval covers the truth about 80 %
+of the time, not 90 %). Where more than 5 % of the resamples do not improve, or reach the goal
+only beyond :data:`HORIZON` times the showers seen, the upper end is unbounded. This is an
+extrapolation of noisy monitors (64 showers per energy in the long runs): a planning number, not
+a measurement, and labelled so wherever it is shown. FPD, which the history does not hold, is
+left out.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from .monitors import MONITOR_ENERGIES, TARGETS
+
+__all__ = ["GOAL_TARGETS", "RESOLUTION_RATIO", "WINDOW", "BLOCK", "HORIZON", "series", "estimate",
+           "showers_to_goal", "table"]
+
+GOAL_TARGETS = 18  # of 20 (energy, target) pairs
+RESOLUTION_RATIO = 1.5  # the generator's energy resolution over the reference's, every energy
+WINDOW = 0.5  # fit the epochs after this fraction of the showers seen
+BLOCK = 3  # epochs per bootstrap block
+MIN_EPOCHS = 6  # fewer epochs in the window: no estimate
+HORIZON = 100  # estimates beyond this many times the showers seen are not given
+
+
+def series(rows: Sequence[dict], energies: Sequence[float] = MONITOR_ENERGIES
+           ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per goal quantity, (showers seen, value) over the history ``rows`` that hold monitors."""
+    rows = [r for r in rows if r.get("mon_targets_met") is not None and r.get("showers_seen")]
+    s = np.array([r["showers_seen"] for r in rows], float)
+
+    def worst(name: str, tol: float) -> np.ndarray:
+        return np.array([max(abs(r.get(f"mon_{name}_{e:g}", np.nan)) for e in energies) / tol
+                         for r in rows])
+
+    out = {"targets_met": (s, np.array([r["mon_targets_met"] for r in rows], float))}
+    for name, (_, tol) in TARGETS.items():
+        out[name] = (s, worst(name, tol))
+    out["resolution"] = (s, worst("ecal_sum_spread", RESOLUTION_RATIO - 1))
+    return out
+
+
+def _crossing(x: np.ndarray, y: np.ndarray, goal: float, rising: bool) -> float:
+    """``exp(x)`` where the least-squares line through (x, y) reaches ``goal``; inf if the line
+    does not move towards it or reaches it only beyond :data:`HORIZON` times the last ``exp(x)``."""
+    b, a = np.polyfit(x, y, 1)
+    if (b <= 0) if rising else (b >= 0):
+        return float("inf")
+    at = (goal - a) / b
+    return float(np.exp(at)) if at <= x.max() + np.log(HORIZON) else float("inf")
+
+
+def estimate(showers: np.ndarray, values: np.ndarray, *, goal: float, rising: bool,
+             log_values: bool, window: float = WINDOW, block: int = BLOCK, n_boot: int = 2000,
+             seed: int = 0) -> dict:
+    """The showers at which the trend of ``values`` reaches ``goal`` (see the module's text).
+
+    Returns ``now`` (median of the last 3 epochs), ``met`` (``now`` meets the goal),
+    ``exponent`` (the fitted slope per unit of ``log S``), ``showers`` (the estimate; inf: not
+    improving), ``low``/``high`` (its 90 % interval) and ``epochs`` (those fitted)."""
+    s, v = np.asarray(showers, float), np.asarray(values, float)
+    now = float(np.median(v[-3:])) if len(v) else float("nan")
+    met = bool(now >= goal) if rising else bool(now <= goal)
+    keep = (s >= window * s.max()) & np.isfinite(v) if len(s) else np.zeros(0, bool)
+    if log_values:
+        keep &= v > 0
+    x, y = np.log(s[keep]), v[keep]
+    if log_values:
+        y, goal = np.log(y), float(np.log(goal))
+    out = {"now": now, "met": met, "epochs": int(keep.sum()), "exponent": float("nan"),
+           "showers": float("nan"), "low": float("nan"), "high": float("nan")}
+    if len(x) < MIN_EPOCHS:
+        return out
+    out["exponent"] = float(np.polyfit(x, y, 1)[0])
+    out["showers"] = _crossing(x, y, goal, rising)
+    rng = np.random.default_rng(seed)
+    starts = np.arange(len(x) - block + 1)
+    n_blocks = int(np.ceil(len(x) / block))
+    boot = []
+    for _ in range(n_boot):
+        idx = np.concatenate([np.arange(i, i + block) for i in rng.choice(starts, n_blocks)])
+        if np.ptp(x[idx]) > 0:
+            boot.append(_crossing(x[idx], y[idx], goal, rising))
+    boot = np.sort(boot)  # inf (not improving, or beyond the horizon) sorts last
+    out["low"] = float(boot[int(np.floor(0.05 * (len(boot) - 1)))])
+    out["high"] = float(boot[int(np.ceil(0.95 * (len(boot) - 1)))])  # inf: > 5 % never get there
+    return out
+
+
+def showers_to_goal(rows: Sequence[dict], energies: Sequence[float] = MONITOR_ENERGIES,
+                    **kwargs) -> dict[str, dict]:
+    """:func:`estimate` for every goal quantity of :func:`series` of a run's history ``rows``."""
+    out = {}
+    for name, (s, v) in series(rows, energies).items():
+        if name == "targets_met":
+            out[name] = estimate(s, v, goal=GOAL_TARGETS, rising=True, log_values=False,
+                                 **kwargs)
+        else:
+            out[name] = estimate(s, v, goal=1.0, rising=False, log_values=True, **kwargs)
+        out[name]["goal"] = GOAL_TARGETS if name == "targets_met" else 1.0
+    return out
+
+
+def _showers(x: float) -> str:
+    return f"{x:,.0f}" if np.isfinite(x) else f"> {HORIZON}x now"
+
+
+def table(runs: dict[str, dict[str, dict]], budget: int | None = None) -> str:
+    """Markdown: per run and goal quantity, where it stands, its trend and the showers it would
+    need (estimated). ``budget`` adds whether the estimate falls within it."""
+    what = {"targets_met": f"targets met (goal >= {GOAL_TARGETS} of 20)",
+            "resolution": f"resolution: worst energy's spread deviation / {RESOLUTION_RATIO - 1:g}"}
+    what |= {n: f"{n}: worst energy's deviation / {tol:g}" for n, (_, tol) in TARGETS.items()}
+    head = ["| run | quantity | now (last 3 epochs) | goal | trend per doubling of showers | "
+            "epochs fitted | showers to goal, estimated [90 % interval] |"
+            + (f" within {budget:,}? |" if budget else ""), "|---" * (7 + bool(budget)) + "|"]
+    lines = head
+    for run, quantities in runs.items():
+        for name, r in quantities.items():
+            if r["met"]:
+                need, within = "met now", "yes"
+            elif not np.isfinite(r["showers"]) and np.isnan(r["showers"]):
+                need, within = f"too few epochs ({r['epochs']})", "-"
+            elif (r["exponent"] <= 0) if name == "targets_met" else (r["exponent"] >= 0):
+                need, within = "not improving at this stage", "no" if budget else ""
+            else:
+                need = (f"{_showers(r['showers'])} [{_showers(r['low'])}, "
+                        f"{_showers(r['high'])}]")
+                within = ("yes" if r["high"] <= budget else "no" if r["low"] > budget
+                          else "undecided") if budget else ""
+            trend = "-" if np.isnan(r["exponent"]) else (
+                f"{r['exponent'] * np.log(2):+.2f}" if name == "targets_met"
+                else f"x {2 ** r['exponent']:.2f}")
+            goal = f">= {r['goal']:g}" if name == "targets_met" else f"<= {r['goal']:g}"
+            lines.append(f"| {run} | {what[name]} | {r['now']:.3g} | {goal} | {trend} | "
+                         f"{r['epochs']} | {need} |" + (f" {within} |" if budget else ""))
+    return "\n".join(lines)
