@@ -167,6 +167,20 @@ def warm_start(ev: Evidence) -> Outcome:
     return decide_equivalence(rows, "study", f"2 workers (lr x 2) against 1 worker, {_forked(w)}")
 
 
+def _trend(run: dict) -> str:
+    """What the trend of a long run's monitors says of the showers its unmet goals would need
+    (:mod:`gan3d.validation.trend`, written by notebook 04): an estimate, said so."""
+    from ..validation import trend
+
+    est = run.get("showers_to_goal") or {}
+    parts = [f"{what}: {trend.need(est[key], key)}"
+             for key, what in (("targets_met", f">= {trend.GOAL_TARGETS} targets"),
+                               ("resolution", f"resolution <= {trend.RESOLUTION_RATIO:g}x"))
+             if key in est and not est[key]["met"]]
+    return ("; estimated from its monitors' trend, showers to " + ", ".join(parts)
+            + " (FPD is not in the history)") if parts else ""
+
+
 def long_pair(ev: Evidence) -> Outcome:
     """The paper's claim where the generators are shower simulators: the 1- and 2-worker long
     runs as notebook 04 validates them (``results/validation/long_runs.json``, 256 showers per
@@ -203,7 +217,7 @@ def long_pair(ev: Evidence) -> Outcome:
     if not one.get("goal_met"):
         return Outcome("inconclusive", "measured", value, rule, needs=(
             "a 1-worker generator of physics grade: more showers of training (the long runs "
-            "go on to 208,000; `studies/README.md`)"), numbers=numbers)
+            "go on to 208,000; `studies/README.md`)" + _trend(one)), numbers=numbers)
     margin = MARGINS["mon_targets_met"][0]
     ok = (two["targets_met"] >= one["targets_met"] - margin
           and two["worst_resolution_ratio"] <= GOAL["worst_resolution_ratio"]

@@ -33,7 +33,7 @@ import numpy as np
 from .monitors import MONITOR_ENERGIES, TARGETS
 
 __all__ = ["GOAL_TARGETS", "RESOLUTION_RATIO", "WINDOW", "BLOCK", "HORIZON", "series", "estimate",
-           "showers_to_goal", "table"]
+           "showers_to_goal", "need", "table"]
 
 GOAL_TARGETS = 18  # of 20 (energy, target) pairs
 RESOLUTION_RATIO = 1.5  # the generator's energy resolution over the reference's, every energy
@@ -125,6 +125,18 @@ def _showers(x: float) -> str:
     return f"{x:,.0f}" if np.isfinite(x) else f"> {HORIZON}x now"
 
 
+def need(r: dict, name: str) -> str:
+    """What :func:`estimate`'s ``r`` for goal quantity ``name`` says: ``met now``, too few
+    epochs, not improving, or the showers estimated with their interval."""
+    if r["met"]:
+        return "met now"
+    if np.isnan(r["showers"]):
+        return f"too few epochs ({r['epochs']})"
+    if (r["exponent"] <= 0) if name == "targets_met" else (r["exponent"] >= 0):
+        return "not improving at this stage"
+    return f"{_showers(r['showers'])} [{_showers(r['low'])}, {_showers(r['high'])}]"
+
+
 def table(runs: dict[str, dict[str, dict]], budget: int | None = None) -> str:
     """Markdown: per run and goal quantity, where it stands, its trend and the showers it would
     need (estimated). ``budget`` adds whether the estimate falls within it."""
@@ -137,21 +149,22 @@ def table(runs: dict[str, dict[str, dict]], budget: int | None = None) -> str:
     lines = head
     for run, quantities in runs.items():
         for name, r in quantities.items():
-            if r["met"]:
-                need, within = "met now", "yes"
-            elif not np.isfinite(r["showers"]) and np.isnan(r["showers"]):
-                need, within = f"too few epochs ({r['epochs']})", "-"
-            elif (r["exponent"] <= 0) if name == "targets_met" else (r["exponent"] >= 0):
-                need, within = "not improving at this stage", "no" if budget else ""
+            said = need(r, name)
+            if not budget:
+                within = ""
+            elif said == "met now":
+                within = "yes"
+            elif said.startswith("too few"):
+                within = "-"
+            elif said.startswith("not improving"):
+                within = "no"
             else:
-                need = (f"{_showers(r['showers'])} [{_showers(r['low'])}, "
-                        f"{_showers(r['high'])}]")
                 within = ("yes" if r["high"] <= budget else "no" if r["low"] > budget
-                          else "undecided") if budget else ""
+                          else "undecided")
             trend = "-" if np.isnan(r["exponent"]) else (
                 f"{r['exponent'] * np.log(2):+.2f}" if name == "targets_met"
                 else f"x {2 ** r['exponent']:.2f}")
             goal = f">= {r['goal']:g}" if name == "targets_met" else f"<= {r['goal']:g}"
             lines.append(f"| {run} | {what[name]} | {r['now']:.3g} | {goal} | {trend} | "
-                         f"{r['epochs']} | {need} |" + (f" {within} |" if budget else ""))
+                         f"{r['epochs']} | {said} |" + (f" {within} |" if budget else ""))
     return "\n".join(lines)
