@@ -109,7 +109,7 @@ LAYERS = {
     "plots": {"data", "scaling", "validation", "convergence"},
     "convergence": {"data", "parallel", "gan", "scaling", "validation"},
     # The ledger reads what every room measured and decides each claim from it.
-    "claims": {"scaling", "convergence"},
+    "claims": {"scaling", "convergence", "validation"},
 }
 # Deliberate exceptions, with the reason.
 ALLOWED = {
