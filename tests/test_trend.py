@@ -17,6 +17,8 @@ def test_an_exact_power_law_gives_its_crossing_and_exponent():
     assert r["showers"] == pytest.approx(90_000, rel=1e-9)
     assert r["low"] == pytest.approx(90_000, rel=1e-6) and r["high"] == pytest.approx(90_000, rel=1e-6)
     assert r["epochs"] == 21  # the epochs at or after half the showers seen (32,000 of 64,000)
+    plain = trend.table({"run": {"ecal_sum": dict(r, goal=1.0)}})  # no budget: no such column
+    assert "90,000 [90,000, 90,000]" in plain and "within" not in plain
     assert not r["met"] and r["now"] == pytest.approx(float(np.median(dev[-3:])))
 
 

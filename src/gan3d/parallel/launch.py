@@ -25,7 +25,7 @@ from .. import runtime
 from ..exceptions import RankFailed
 from . import distributed
 
-__all__ = ["launch", "guard", "in_mpi_job"]
+__all__ = ["launch", "guard", "in_mpi_job", "exit_on_termination", "restore_handlers"]
 
 
 def in_mpi_job() -> bool:
@@ -57,7 +57,7 @@ def launch(np: int, argv: Sequence[str], *, timeout: float | None = None,
 
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
-    previous = _stop_on_termination(np)
+    previous = exit_on_termination(f"stopping the {np} MPI ranks")
     try:
         proc.wait(timeout=timeout)
     except BaseException:  # a timeout, Ctrl-C, SIGTERM, a test's time limit: no rank may survive
@@ -65,8 +65,7 @@ def launch(np: int, argv: Sequence[str], *, timeout: float | None = None,
         reader.join(5)
         raise
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+        restore_handlers(previous)
     reader.join(5)
     proc.stdout.close()
     output = "".join(lines)
@@ -77,22 +76,31 @@ def launch(np: int, argv: Sequence[str], *, timeout: float | None = None,
     return subprocess.CompletedProcess(cmd, proc.returncode, output, "")
 
 
-def _stop_on_termination(np: int) -> dict:
-    """While the job runs, SIGTERM and SIGHUP (a batch system's stop, a closed terminal) unwind
-    this process like Ctrl-C, so that :func:`launch` stops the ranks: mpirun runs in a session of
-    its own and would not hear a signal sent to this process alone. Returns the handlers to put
-    back; nothing is changed outside the main thread (where Python cannot set handlers), and a
-    signal set to be ignored (``nohup``'s SIGHUP) stays ignored."""
+def exit_on_termination(doing: str | None = None) -> dict:
+    """Until :func:`restore_handlers`, SIGTERM and SIGHUP (a batch system's stop, a closed
+    terminal) raise ``SystemExit(128 + signal)`` so that the caller's cleanup runs: :func:`launch`
+    stops the ranks (mpirun runs in a session of its own and would not hear a signal sent to this
+    process alone), an emulated network is torn down. ``doing`` is said on stderr when one comes.
+    Returns the handlers to put back; nothing is changed outside the main thread (where Python
+    cannot set handlers), and a signal set to be ignored (``nohup``'s SIGHUP) stays ignored."""
     if threading.current_thread() is not threading.main_thread():
         return {}
 
     def stop(signum, frame):
-        name = signal.Signals(signum).name
-        print(f"gan3d: {name} received: stopping the {np} MPI ranks", file=sys.stderr, flush=True)
+        if doing:
+            print(f"gan3d: {signal.Signals(signum).name} received: {doing}", file=sys.stderr,
+                  flush=True)
         raise SystemExit(128 + signum)
 
     return {signum: signal.signal(signum, stop) for signum in (signal.SIGTERM, signal.SIGHUP)
             if signal.getsignal(signum) not in (signal.SIG_IGN, None)}
+
+
+def restore_handlers(previous: dict) -> None:
+    """Put back the handlers :func:`exit_on_termination` replaced."""
+    for signum, handler in previous.items():
+        signal.signal(signum, handler)
+    previous.clear()
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -40,6 +40,7 @@ from typing import Mapping, Sequence
 from .. import console
 from ..exceptions import ConfigError, EnvironmentProblem, RankFailed
 from . import distributed
+from .launch import exit_on_termination, restore_handlers
 
 __all__ = ["Profile", "PROFILES", "link_profile", "unavailable", "netem_available", "Network",
            "leftovers", "PREFIX"]
@@ -133,8 +134,7 @@ class Network:
 
     # -- life cycle ----------------------------------------------------------------------------
     def __enter__(self) -> "Network":
-        for sig in (signal.SIGTERM, signal.SIGHUP):  # turned into exceptions: the teardown runs
-            self._old_handlers[sig] = signal.signal(sig, _raise_exit)
+        self._old_handlers = exit_on_termination()  # SIGTERM, SIGHUP: the teardown runs
         try:
             self._create()
         except BaseException:
@@ -187,9 +187,7 @@ class Network:
         if self._folder is not None:
             shutil.rmtree(self._folder, ignore_errors=True)
             self._folder = None
-        for sig, handler in self._old_handlers.items():
-            signal.signal(sig, handler)
-        self._old_handlers.clear()
+        restore_handlers(self._old_handlers)
         left = leftovers(self.tag)
         if left:
             log.warning("emulated network %s: could not remove %s", self.tag, ", ".join(left))
@@ -328,10 +326,6 @@ def _stop(procs) -> None:
             p.wait(timeout=10)
         except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL does not wait
             pass
-
-
-def _raise_exit(signum, frame):
-    raise SystemExit(128 + signum)
 
 
 def leftovers(tag: str = PREFIX) -> list[str]:

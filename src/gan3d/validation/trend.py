@@ -125,16 +125,24 @@ def _showers(x: float) -> str:
     return f"{x:,.0f}" if np.isfinite(x) else f"> {HORIZON}x now"
 
 
+def _kind(r: dict, name: str) -> str:
+    """``met``, ``few`` (too few epochs), ``flat`` (not improving) or ``estimate``."""
+    if r["met"]:
+        return "met"
+    if np.isnan(r["showers"]):
+        return "few"
+    if (r["exponent"] <= 0) if name == "targets_met" else (r["exponent"] >= 0):
+        return "flat"
+    return "estimate"
+
+
 def need(r: dict, name: str) -> str:
     """What :func:`estimate`'s ``r`` for goal quantity ``name`` says: ``met now``, too few
     epochs, not improving, or the showers estimated with their interval."""
-    if r["met"]:
-        return "met now"
-    if np.isnan(r["showers"]):
-        return f"too few epochs ({r['epochs']})"
-    if (r["exponent"] <= 0) if name == "targets_met" else (r["exponent"] >= 0):
-        return "not improving at this stage"
-    return f"{_showers(r['showers'])} [{_showers(r['low'])}, {_showers(r['high'])}]"
+    return {"met": "met now", "few": f"too few epochs ({r['epochs']})",
+            "flat": "not improving at this stage",
+            "estimate": f"{_showers(r['showers'])} [{_showers(r['low'])}, "
+                        f"{_showers(r['high'])}]"}[_kind(r, name)]
 
 
 def table(runs: dict[str, dict[str, dict]], budget: int | None = None) -> str:
@@ -149,22 +157,13 @@ def table(runs: dict[str, dict[str, dict]], budget: int | None = None) -> str:
     lines = head
     for run, quantities in runs.items():
         for name, r in quantities.items():
-            said = need(r, name)
-            if not budget:
-                within = ""
-            elif said == "met now":
-                within = "yes"
-            elif said.startswith("too few"):
-                within = "-"
-            elif said.startswith("not improving"):
-                within = "no"
-            else:
-                within = ("yes" if r["high"] <= budget else "no" if r["low"] > budget
-                          else "undecided")
+            kind = _kind(r, name)
+            within = "" if not budget else {"met": "yes", "few": "-", "flat": "no"}.get(kind) or (
+                "yes" if r["high"] <= budget else "no" if r["low"] > budget else "undecided")
             trend = "-" if np.isnan(r["exponent"]) else (
                 f"{r['exponent'] * np.log(2):+.2f}" if name == "targets_met"
                 else f"x {2 ** r['exponent']:.2f}")
             goal = f">= {r['goal']:g}" if name == "targets_met" else f"<= {r['goal']:g}"
             lines.append(f"| {run} | {what[name]} | {r['now']:.3g} | {goal} | {trend} | "
-                         f"{r['epochs']} | {said} |" + (f" {within} |" if budget else ""))
+                         f"{r['epochs']} | {need(r, name)} |" + (f" {within} |" if budget else ""))
     return "\n".join(lines)
