@@ -43,9 +43,9 @@ from typing import Any, Iterator, Mapping, Sequence
 from . import claims, console, figure_index
 from .config import Config, resolve, to_dict
 from .exceptions import ConfigError, NotebookFailed, PipelineBusy
+from .execute import run_notebook
 from .io import ensure_dir, provenance, read_json, write_json
 from .paths import repo_root
-from .runtime import apply_process_defaults
 
 log = console.get_logger(__name__)
 
@@ -77,45 +77,6 @@ STEPS = (
     Step("05_distributed_concepts.ipynb", "concepts",
          "teaches the paper's mechanisms hands-on on live MPI engines", (), chained=False),
 )
-
-# ---------------------------------------------------------------------------------------------
-# One notebook
-
-
-def run_notebook(source: str | Path, output: str | Path, parameters: Mapping[str, Any] | None = None,
-                 *, cwd: str | Path | None = None, kernel: str = "gan3d", timeout: int = 3600,
-                 progress: bool | str = False) -> Path:
-    """Execute ``source`` into ``output`` with papermill; raise :class:`NotebookFailed` on error.
-
-    The partly executed notebook is kept at ``output`` for inspection when a cell fails; the error
-    names the notebook, the cell number and the exception. ``progress`` may be a label for a
-    progress bar (cell i of n, elapsed time).
-    """
-    import papermill as pm  # imported when a notebook runs: it loads Jupyter's machinery
-    from nbclient.exceptions import DeadKernelError
-    from papermill.exceptions import PapermillExecutionError
-
-    apply_process_defaults()  # kernels and MPI engines inherit PATH and the Open MPI settings
-    os.environ.setdefault("IPP_NONINTERACTIVE", "1")
-    source, output = Path(source), Path(output)
-    if not source.is_file():
-        raise NotebookFailed(f"notebook {source} does not exist")
-    ensure_dir(output.parent)
-    bar: bool | dict = {"desc": progress, "unit": "cell"} if isinstance(progress, str) else progress
-    try:
-        pm.execute_notebook(
-            str(source), str(output), parameters=dict(parameters or {}), kernel_name=kernel,
-            language="python", cwd=str(cwd) if cwd else None, progress_bar=bar,
-            request_save_on_cell_execute=True, execution_timeout=timeout, start_timeout=120,
-        )
-    except (PapermillExecutionError, DeadKernelError) as exc:
-        why = (f"in cell {exc.exec_count} ({exc.ename}: {exc.evalue})"
-               if isinstance(exc, PapermillExecutionError) else
-               "as its kernel died (killed from outside, or out of memory)")
-        raise NotebookFailed(f"{source.name} failed {why}; the partly executed notebook is "
-                             f"kept at {output}") from None
-    return output
-
 
 # ---------------------------------------------------------------------------------------------
 # The pipeline

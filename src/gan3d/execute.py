@@ -1,0 +1,85 @@
+"""One notebook run headless: papermill executes it, its failures are named, Ctrl-C ends it quietly.
+
+:func:`run_notebook` is what ``gan3d reproduce`` (``pipeline``) and the notebook tests run.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+from . import console
+from .exceptions import NotebookFailed
+from .io import ensure_dir
+from .runtime import apply_process_defaults
+
+log = console.get_logger(__name__)
+
+__all__ = ["run_notebook", "quiet_dead_kernel_tasks"]
+
+
+def run_notebook(source: str | Path, output: str | Path, parameters: Mapping[str, Any] | None = None,
+                 *, cwd: str | Path | None = None, kernel: str = "gan3d", timeout: int = 3600,
+                 progress: bool | str = False) -> Path:
+    """Execute ``source`` into ``output`` with papermill; raise :class:`NotebookFailed` on error.
+
+    The partly executed notebook is kept at ``output`` for inspection when a cell fails; the error
+    names the notebook, the cell number and the exception. ``progress`` may be a label for a
+    progress bar (cell i of n, elapsed time).
+    """
+    import papermill as pm  # imported when a notebook runs: it loads Jupyter's machinery
+    from nbclient.exceptions import DeadKernelError
+    from papermill.exceptions import PapermillExecutionError
+
+    apply_process_defaults()  # kernels and MPI engines inherit PATH and the Open MPI settings
+    os.environ.setdefault("IPP_NONINTERACTIVE", "1")
+    source, output = Path(source), Path(output)
+    if not source.is_file():
+        raise NotebookFailed(f"notebook {source} does not exist")
+    ensure_dir(output.parent)
+    bar: bool | dict = {"desc": progress, "unit": "cell"} if isinstance(progress, str) else progress
+    try:
+        pm.execute_notebook(
+            str(source), str(output), parameters=dict(parameters or {}), kernel_name=kernel,
+            language="python", cwd=str(cwd) if cwd else None, progress_bar=bar,
+            request_save_on_cell_execute=True, execution_timeout=timeout, start_timeout=120,
+        )
+    except (PapermillExecutionError, DeadKernelError) as exc:
+        why = (f"in cell {exc.exec_count} ({exc.ename}: {exc.evalue})"
+               if isinstance(exc, PapermillExecutionError) else
+               "as its kernel died (killed from outside, or out of memory)")
+        raise NotebookFailed(f"{source.name} failed {why}; the partly executed notebook is "
+                             f"kept at {output}") from None
+    except KeyboardInterrupt:
+        quiet_dead_kernel_tasks()
+        raise
+    return output
+
+
+def quiet_dead_kernel_tasks() -> None:
+    """After Ctrl-C inside a notebook, keep nbclient's leftover cell task from speaking last.
+
+    The interrupt stops nbclient's event loop with the cell's task still pending; nbclient then
+    shuts the kernel down, and that task ends later with ``DeadKernelError('Kernel died')``,
+    which nobody awaits any more. asyncio reports such a task when it is collected - at the
+    interpreter's exit, after ``gan3d reproduce: interrupted`` - as "Task exception was never
+    retrieved" with a traceback. That death is the interrupt's own doing, so it is logged at
+    debug level; every other unretrieved exception still goes to the loop's handler.
+    """
+    from jupyter_core.utils import ensure_event_loop  # the loop nbclient runs its cells on
+    from nbclient.exceptions import DeadKernelError
+
+    loop = ensure_event_loop()
+    previous = loop.get_exception_handler()
+
+    def handler(loop, context: dict) -> None:
+        if isinstance(context.get("exception"), DeadKernelError):
+            log.debug("after the interrupt: %s (%s)", context.get("message"),
+                      context.get("exception"))
+            return
+        if previous is not None:
+            previous(loop, context)
+        else:
+            loop.default_exception_handler(context)
+
+    loop.set_exception_handler(handler)
