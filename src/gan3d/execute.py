@@ -66,9 +66,16 @@ def quiet_dead_kernel_tasks() -> None:
     retrieved" with a traceback. That death is the interrupt's own doing, so it is logged at
     debug level; every other unretrieved exception still goes to the loop's handler.
     """
+    import asyncio
+
     from jupyter_core.utils import ensure_event_loop  # the loop nbclient runs its cells on
     from nbclient.exceptions import DeadKernelError
 
+    try:
+        asyncio.get_running_loop()
+        return  # inside Jupyter nbclient ran on a task runner's own loop, not this thread's
+    except RuntimeError:
+        pass
     loop = ensure_event_loop()
     previous = loop.get_exception_handler()
 
