@@ -98,7 +98,17 @@ def test_notebook_runs_and_writes_figures(run_notebook, tmp_path):
     runs = json.loads((results / "long_runs.json").read_text())["runs"]
     assert set(runs) == set(long)
     for lab, rec in long.items():
-        assert runs[lab]["targets_met"] == rec["history"][-1]["mon_targets_met"]
+        # The history's row was taken in the run's training precision (bfloat16 here), the
+        # notebook's in float32: the same latents give the same targets, except one whose deviation
+        # sits within a tenth of its tolerance of the threshold, which either side may flip.
+        last = rec["history"][-1]
+        low = high = last["mon_targets_met"]
+        for name, (_, tol) in monitors.TARGETS.items():
+            for e in monitors.MONITOR_ENERGIES:
+                dev = abs(last[f"mon_{name}_{e:g}"])
+                if abs(dev - tol) <= 0.1 * tol:
+                    low, high = (low - 1, high) if dev <= tol else (low, high + 1)
+        assert low <= runs[lab]["targets_met"] <= high, (lab, last["mon_targets_met"], low, high)
         assert runs[lab]["showers_seen"] == rec["showers_seen"] and runs[lab]["hours"] > 0
         assert runs[lab]["goal_met"] == (runs[lab]["targets_met"] >= 18 and runs[lab]["fpd"] <= 5
                                          and runs[lab]["worst_resolution_ratio"] <= 1.5)
