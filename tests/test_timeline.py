@@ -111,6 +111,21 @@ def test_timeline_steps_survive_fusion_that_varies_between_steps():
     assert res["messages"][-1]["name"] == "step_losses"
 
 
+def test_a_loss_fused_with_the_next_collective_keeps_the_step_length():
+    """The losses travel between two gradient collectives and, in one step, with the next one -
+    whose tensor sorts before them by name (seen in a loaded CI run: 5 steps of 63 tensors read
+    as 1 step of 126). Within a collective the tensors keep the order they first travelled in."""
+    compute = np.random.default_rng(3).uniform(1e4, 3e4, (2, 7, 5))
+    ev = _trace(compute, names=("d1", "d2", "g1", "step_losses", "g2"), fused=(3,))
+    colls = timeline.collectives(ev, 2, "ALLREDUCE")
+    assert len(colls) == 7 * 5 - 1
+    by_name = [m for c in colls for m in sorted(c["tensors"])]
+    assert by_name[3 * 5 + 3:3 * 5 + 5] == ["g2_1of1", "step_losses_1of1"]  # by name: out of place
+    res = timeline.breakdown(ev, 2)
+    assert res["tensors_per_step"] == 5 and res["steps"] == 6
+    assert sorted(s["collectives"] for s in res["per_step"]) == [4, 5, 5, 5, 5, 5]  # the fused one: the later step
+
+
 def test_a_trace_that_begins_mid_step_keeps_every_complete_step():
     """The losses reduced before the last update's gradients (TensorFlow may schedule them so):
     the trace begins with part of a step, and each step is measured from the loss of the one

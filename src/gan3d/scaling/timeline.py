@@ -202,9 +202,18 @@ def breakdown(events: list[dict], workers: int, *, last_steps: int | None = None
     colls = _fuse(ops, workers)
     if len(colls) < 4:
         raise TimelineError(f"only {len(colls)} complete collectives in the timeline")
-    # The tensors in a canonical order: collective by collective, by name within one (the members
-    # of a fused or grouped collective start microseconds apart, in an order that varies).
-    order = [i for c in colls for i in sorted(c["members"], key=lambda i: ops[i]["tensor"])]
+    # The tensors in a canonical order: collective by collective; within one (the members of a
+    # fused or grouped collective start microseconds apart, in an order that varies) by the
+    # collective each tensor first travelled in, then by name. A tensor fused into its neighbour's
+    # collective in one step so keeps its place in the step's sequence (by name alone, the losses
+    # fused with the discriminator's next gradients sorted after them, and 5 steps of 63 tensors
+    # then repeated at 126).
+    first: dict[str, int] = {}
+    for ci, c in enumerate(colls):
+        for i in c["members"]:
+            first.setdefault(ops[i]["tensor"], ci)
+    order = [i for c in colls
+             for i in sorted(c["members"], key=lambda i: (first[ops[i]["tensor"]], ops[i]["tensor"]))]
     names = [ops[i]["tensor"] for i in order]
     k = period(names)
     step_of_op = [-1] * len(ops)
