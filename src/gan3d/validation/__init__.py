@@ -6,6 +6,9 @@
 * :mod:`~gan3d.validation.monitors` - a few physics numbers per energy, every training epoch;
 * :mod:`~gan3d.validation.sensitivity` - the validator's power against small flaws, by sample size;
 * :mod:`~gan3d.validation.speed` - GAN inference speed against the synthetic generator and Geant4.
+* :mod:`~gan3d.validation.trend` - the showers a run's trend would need to reach a goal;
+* :mod:`~gan3d.validation.longruns` - the long runs' progress in ``studies/README.md``, from
+  their checkpoints.
 
 The functions of gan3d 0.1's ``gan3d.validation`` module are still found here.
 """

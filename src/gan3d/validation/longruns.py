@@ -1,0 +1,219 @@
+"""The long runs' progress as ``studies/README.md`` states it, rendered from their checkpoints.
+
+The long 1- and 2-worker runs go on over many sessions; after each, their newest checkpoints are
+committed in ``studies/long-*-bf16/`` and the README says how far they are. Those numbers are
+not typed: two marked blocks of the README are rendered from the checkpoints' histories (every
+epoch's rate, time and physics monitors):
+
+* the sessions table (between :data:`SESSIONS_BEGIN` and :data:`SESSIONS_END`): one row per run
+  and session, whose first columns (session, date, run, epochs ``A-B``, note) are the record of
+  who trained what when - the history holds no dates - and whose numbers (median showers/s over
+  epochs ``A+1`` to ``B`` and their range) are computed from the history;
+* the standing table (between :data:`STANDING_BEGIN` and :data:`STANDING_END`): per run its
+  newest epoch and showers, its own hours of training since the fork, the hours to
+  :data:`BUDGET` at its last session's median epoch time, the targets its monitors met over the
+  last 5 epochs and :mod:`~gan3d.validation.trend`'s estimates (a planning number, labelled so).
+
+:func:`check` lists what differs between a page and its checkpoints (a number edited by hand, a
+checkpoint that moved on without a row for its session, rows whose epochs do not chain from the
+fork to the newest checkpoint); :func:`render` rewrites the blocks, atomically::
+
+    python -m gan3d.validation.longruns studies/README.md            # check; exit 1 if stale
+    python -m gan3d.validation.longruns --write studies/README.md    # rewrite the numbers
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import sys
+from pathlib import Path
+
+from ..exceptions import StudyFileError
+from ..io import atomic_path
+from ..paths import repo_root
+
+__all__ = ["RUNS", "FORK_EPOCH", "BUDGET", "SESSIONS_BEGIN", "SESSIONS_END", "STANDING_BEGIN",
+           "STANDING_END", "histories", "sessions_block", "standing_block", "render", "check",
+           "main"]
+
+RUNS = {"1 worker": "studies/long-1w-bf16", "2 workers": "studies/long-2w-bf16"}
+FORK_EPOCH = 26  # both runs fork the learning curve's epoch 26 (warm-start/epoch-0026.npz)
+BUDGET = 208_000  # showers each run goes to
+LAST = 5  # epochs over which the monitors' targets met are quoted
+SESSIONS_BEGIN, SESSIONS_END = "<!-- long-runs:sessions -->", "<!-- /long-runs:sessions -->"
+STANDING_BEGIN, STANDING_END = "<!-- long-runs:standing -->", "<!-- /long-runs:standing -->"
+SESSIONS_HEAD = ("| session | date | run | epochs | median showers/s | range per epoch | note |\n"
+                 "|---|---|---|---|---|---|---|")
+_ROW = re.compile(r"^\|\s*(?P<session>[^|]+?)\s*\|\s*(?P<date>[^|]+?)\s*\|\s*(?P<run>[^|]+?)\s*"
+                  r"\|\s*(?P<first>\d+)\s*-\s*(?P<last>\d+)\s*\|[^|]*\|[^|]*\|\s*(?P<note>[^|]*?)"
+                  r"\s*\|\s*$")
+
+
+def histories(root: Path) -> dict[str, list[dict]]:
+    """Each run's history (one row per epoch), read from its newest committed checkpoint."""
+    from .study import checkpoint_record, newest_checkpoint
+
+    out = {}
+    for run, folder in RUNS.items():
+        found = newest_checkpoint(root / folder)
+        if found is None:
+            raise StudyFileError(f"{root / folder} holds no epoch-*.npz: the long run's newest "
+                                 "checkpoint must be committed there (studies/README.md says how)")
+        out[run] = checkpoint_record(found)["history"]
+    return out
+
+
+def _epochs(history: list[dict], first: int, last: int) -> list[dict]:
+    return [r for r in history if first < r["epoch"] <= last]
+
+
+def _session_row(m: re.Match, history: list[dict]) -> str:
+    first, last = int(m["first"]), int(m["last"])
+    rows = _epochs(history, first, last)
+    if len(rows) != last - first:
+        raise StudyFileError(f"the sessions table's row '{m['run']}, epochs {first}-{last}' "
+                             f"asks for epochs the checkpoint's history does not hold (it ends "
+                             f"at epoch {history[-1]['epoch']}): fix the row")
+    rates = [r["showers_per_s"] for r in rows]
+    return (f"| {m['session']} | {m['date']} | {m['run']} | {first}-{last} | "
+            f"{statistics.median(rates):.1f} | {min(rates):.1f}-{max(rates):.1f} |"
+            + (f" {m['note']} |" if m["note"] else " |"))
+
+
+def sessions_block(block: str, hist: dict[str, list[dict]]) -> str:
+    """The sessions table with its numbers recomputed from ``hist``; its rows must chain each
+    run's epochs from :data:`FORK_EPOCH` to its newest checkpoint's."""
+    rows, reached = [], {run: FORK_EPOCH for run in hist}
+    for line in block.strip().splitlines()[2:]:
+        m = _ROW.match(line)
+        if not m or m["run"] not in hist:
+            raise StudyFileError(f"not a row of the long runs' sessions table: {line!r} (session "
+                                 f"| date | run, one of {sorted(hist)} | epochs A-B | ... | note)")
+        if int(m["first"]) != reached[m["run"]]:
+            raise StudyFileError(f"the sessions table's row {line!r} starts at epoch "
+                                 f"{m['first']}, but the run's previous row ended at "
+                                 f"{reached[m['run']]}: the rows must chain")
+        reached[m["run"]] = int(m["last"])
+        rows.append(_session_row(m, hist[m["run"]]))
+    for run, history in hist.items():
+        if reached[run] != history[-1]["epoch"]:
+            raise StudyFileError(f"the sessions table takes the {run} run to epoch {reached[run]}"
+                                 f", but its committed checkpoint is at epoch "
+                                 f"{history[-1]['epoch']}: add a row for the session that "
+                                 "trained it")
+    return "\n".join([SESSIONS_HEAD, *rows])
+
+
+def _rounded(text: str) -> str:
+    """Every number of ``text`` with thousands separators to 2 significant digits: an
+    extrapolation's estimate is not known to the shower."""
+    def two(m: re.Match) -> str:
+        x = int(m[0].replace(",", ""))
+        return f"{round(x, 2 - len(str(x))):,}"
+    return re.sub(r"\d{1,3}(?:,\d{3})+", two, text)
+
+
+def _last_session_epoch_s(block: str, run: str, history: list[dict]) -> float:
+    """The median time of an epoch (training, test loss and monitors) in the run's last session
+    of the sessions table."""
+    last = [m for m in map(_ROW.match, block.strip().splitlines()[2:]) if m and m["run"] == run]
+    rows = _epochs(history, int(last[-1]["first"]), int(last[-1]["last"])) if last else history
+    return statistics.median(r["time_epoch_s"] for r in rows)
+
+
+def standing_block(hist: dict[str, list[dict]], sessions: str) -> str:
+    """Where each run stands: epoch, showers, own hours, hours to :data:`BUDGET`, the monitors'
+    targets met over the last epochs and the trend's estimates."""
+    from . import trend
+
+    lines = ["| run | epoch | showers | own hours since the fork | hours to "
+             f"{BUDGET:,} at the last session's median epoch | targets met by the monitors, "
+             f"last {LAST} epochs | showers to {trend.GOAL_TARGETS} targets, estimated [90 %] | "
+             "showers to the resolution goal, estimated [90 %] |", "|---" * 8 + "|"]
+    for run, history in hist.items():
+        now = history[-1]
+        own = sum(r["time_epoch_s"] for r in history if r["epoch"] > FORK_EPOCH) / 3600
+        per_epoch = now["showers_seen"] / now["epoch"]  # every epoch takes the same showers
+        left = max(BUDGET - now["showers_seen"], 0) / per_epoch
+        hours = left * _last_session_epoch_s(sessions, run, history) / 3600
+        met = [int(r["mon_targets_met"]) for r in history[-LAST:]]
+        goal = trend.showers_to_goal(history)
+        lines.append(f"| {run} | {now['epoch']} | {now['showers_seen']:,} | {own:.2f} | "
+                     f"{hours:.1f} | {min(met)}-{max(met)} of 20 | "
+                     f"{_rounded(trend.need(goal['targets_met'], 'targets_met'))} | "
+                     f"{_rounded(trend.need(goal['resolution'], 'resolution'))} |")
+    return "\n".join(lines)
+
+
+def _blocks(text: str, where: str) -> dict[str, tuple[int, int]]:
+    """The (start, end) of each marked block's content in ``text``."""
+    out = {}
+    for name, begin, end in (("sessions", SESSIONS_BEGIN, SESSIONS_END),
+                             ("standing", STANDING_BEGIN, STANDING_END)):
+        if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
+            raise StudyFileError(f"{where} needs one {begin} ... {end} block")
+        out[name] = (text.index(begin) + len(begin), text.index(end))
+    return out
+
+
+def rendered(text: str, root: Path, where: str = "the page") -> str:
+    """``text`` with both blocks rendered from the checkpoints under ``root``."""
+    at = _blocks(text, where)
+    hist = histories(root)
+    sessions = sessions_block(text[slice(*at["sessions"])], hist)
+    new = {"sessions": sessions, "standing": standing_block(hist, sessions)}
+    out, pos = [], 0
+    for name, (start, end) in sorted(at.items(), key=lambda kv: kv[1][0]):
+        out += [text[pos:start], "\n", new[name], "\n"]
+        pos = end
+    return "".join(out + [text[pos:]])
+
+
+def check(page: str | Path, root: str | Path | None = None) -> list[str]:
+    """The lines of ``page``'s blocks that differ from their rendering (empty: current)."""
+    page = Path(page)
+    text = page.read_text()
+    new = rendered(text, Path(root) if root else repo_root(), str(page))
+    old_lines, new_lines = text.splitlines(), new.splitlines()
+    diff = [f"{page}: '{a}' should read '{b}'" for a, b in zip(old_lines, new_lines) if a != b]
+    if len(old_lines) != len(new_lines):
+        diff.append(f"{page}: the blocks have {len(old_lines) - len(new_lines):+d} lines")
+    return diff
+
+
+def render(page: str | Path, root: str | Path | None = None) -> bool:
+    """Rewrite ``page``'s blocks from the checkpoints, atomically; True if it changed."""
+    page = Path(page)
+    text = page.read_text()
+    new = rendered(text, Path(root) if root else repo_root(), str(page))
+    if new != text:
+        with atomic_path(page) as tmp:
+            Path(tmp).write_text(new)
+    return new != text
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gan3d.validation.longruns",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("page", nargs="?", default=None, help="default: studies/README.md")
+    parser.add_argument("--write", action="store_true", help="rewrite the blocks' numbers")
+    parser.add_argument("--root", help="the checkout whose studies/ are read")
+    args = parser.parse_args(argv)
+    root = Path(args.root) if args.root else repo_root()
+    page = Path(args.page) if args.page else root / "studies" / "README.md"
+    try:
+        if args.write:
+            print(f"{page}: {'rewritten' if render(page, root) else 'current'}")
+            return 0
+        stale = check(page, root)
+    except StudyFileError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print("\n".join(stale) if stale else f"{page}: current")
+    return 1 if stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

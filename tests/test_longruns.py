@@ -1,0 +1,126 @@
+"""gan3d.validation.longruns: studies/README.md's progress of the long runs is their checkpoints'.
+
+The committed page must be current; the mutations below show that a number edited by hand, a
+session left out, rows that do not chain and a checkpoint that moved on without a row are caught,
+and that ``render`` puts the checkpoints' numbers back.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import statistics
+from pathlib import Path
+
+import pytest
+
+from gan3d.exceptions import StudyFileError
+from gan3d.validation import longruns
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = ROOT / "studies" / "README.md"
+
+
+def _session_rows(text: str) -> list[str]:
+    block = text.split(longruns.SESSIONS_BEGIN)[1].split(longruns.SESSIONS_END)[0]
+    return [line for line in block.strip().splitlines()[2:]]
+
+
+@pytest.fixture
+def page(tmp_path) -> Path:
+    copy = tmp_path / "README.md"
+    shutil.copy(PAGE, copy)
+    return copy
+
+
+def test_the_committed_page_is_current():
+    assert longruns.check(PAGE, ROOT) == []
+    assert longruns.main([str(PAGE), "--root", str(ROOT)]) == 0
+
+
+def test_each_sessions_row_is_the_median_and_range_of_its_epochs_rates():
+    hist = longruns.histories(ROOT)
+    rows = _session_rows(PAGE.read_text())
+    assert rows
+    for line in rows:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        run, (first, last) = cells[2], map(int, cells[3].split("-"))
+        rates = [r["showers_per_s"] for r in hist[run] if first < r["epoch"] <= last]
+        assert len(rates) == last - first > 0
+        assert float(cells[4]) == pytest.approx(statistics.median(rates), abs=0.05)
+        lo, hi = map(float, cells[5].split("-"))
+        assert (lo, hi) == pytest.approx((min(rates), max(rates)), abs=0.05)
+
+
+def test_the_standing_table_says_where_each_committed_checkpoint_is():
+    hist = longruns.histories(ROOT)
+    block = PAGE.read_text().split(longruns.STANDING_BEGIN)[1].split(longruns.STANDING_END)[0]
+    rows = {c[0]: c for c in ([x.strip() for x in line.strip("|").split("|")]
+                               for line in block.strip().splitlines()[2:])}
+    assert set(rows) == set(longruns.RUNS)
+    for run, history in hist.items():
+        own = sum(r["time_epoch_s"] for r in history if r["epoch"] > longruns.FORK_EPOCH)
+        assert int(rows[run][1]) == history[-1]["epoch"]
+        assert int(rows[run][2].replace(",", "")) == history[-1]["showers_seen"]
+        assert float(rows[run][3]) == pytest.approx(own / 3600, abs=0.005)
+
+
+def test_a_number_edited_by_hand_is_reported_and_render_puts_it_back(page):
+    text = page.read_text()
+    row = _session_rows(text)[0]
+    cells = row.split("|")
+    cells[5] = f" {float(cells[5]) + 0.3:.1f} "  # the median showers/s
+    page.write_text(text.replace(row, "|".join(cells)))
+    stale = longruns.check(page, ROOT)
+    assert len(stale) == 1 and "should read" in stale[0] and row.strip() in stale[0]
+    assert longruns.main([str(page), "--root", str(ROOT)]) == 1
+    assert longruns.render(page, ROOT) is True
+    assert page.read_text() == text and longruns.check(page, ROOT) == []
+
+
+def test_an_edited_standing_number_is_reported(page):
+    text = page.read_text()
+    edited = re.sub(r"(\| 1 worker \| \d+ \| [\d,]+ \| )(\d+\.\d\d)",
+                    lambda m: m[1] + f"{float(m[2]) - 0.5:.2f}", text, count=1)
+    assert edited != text
+    page.write_text(edited)
+    assert len(longruns.check(page, ROOT)) == 1
+
+
+def test_a_checkpoint_that_moved_on_without_a_row_is_refused(page):
+    text = page.read_text()
+    last_1w = [r for r in _session_rows(text) if "| 1 worker |" in r][-1]
+    page.write_text(text.replace(last_1w + "\n", ""))
+    with pytest.raises(StudyFileError, match="add a row for the session"):
+        longruns.check(page, ROOT)
+    assert longruns.main([str(page), "--root", str(ROOT)]) == 2
+
+
+def test_rows_that_do_not_chain_are_refused(page):
+    text = page.read_text()
+    first_2w = [r for r in _session_rows(text) if "| 2 workers |" in r][0]
+    a, b = re.search(r"\| (\d+)-(\d+) \|", first_2w).groups()
+    page.write_text(text.replace(first_2w, first_2w.replace(f"| {a}-{b} |",
+                                                            f"| {int(a) + 1}-{b} |")))
+    with pytest.raises(StudyFileError, match="must chain"):
+        longruns.check(page, ROOT)
+
+
+def test_a_row_beyond_the_checkpoint_and_a_page_without_blocks_are_refused(page):
+    text = page.read_text()
+    last_2w = [r for r in _session_rows(text) if "| 2 workers |" in r][-1]
+    end = int(re.search(r"\| \d+-(\d+) \|", last_2w)[1])
+    extra = f"| 99 | 2099-01-01 | 2 workers | {end}-{end + 3} | | | |"
+    page.write_text(text.replace(last_2w, last_2w + "\n" + extra))
+    with pytest.raises(StudyFileError, match="does not hold"):
+        longruns.check(page, ROOT)
+    page.write_text(text.replace(longruns.STANDING_END, ""))
+    with pytest.raises(StudyFileError, match="needs one"):
+        longruns.check(page, ROOT)
+
+
+def test_estimates_are_quoted_to_two_significant_digits():
+    assert (longruns._rounded("2,319,183 [380,984, > 100x now]")
+            == "2,300,000 [380,000, > 100x now]")
+    assert longruns._rounded("277,215 [226,964, 320,459]") == "280,000 [230,000, 320,000]"
+    assert longruns._rounded("met now") == "met now"
