@@ -124,3 +124,8 @@ def test_estimates_are_quoted_to_two_significant_digits():
             == "2,300,000 [380,000, > 100x now]")
     assert longruns._rounded("277,215 [226,964, 320,459]") == "280,000 [230,000, 320,000]"
     assert longruns._rounded("met now") == "met now"
+
+
+def test_the_sessions_table_notebook_04_shows_is_the_pages():
+    block = PAGE.read_text().split(longruns.SESSIONS_BEGIN)[1].split(longruns.SESSIONS_END)[0]
+    assert longruns.sessions_table(ROOT) == block.strip()

@@ -35,7 +35,7 @@ from ..io import atomic_path
 from ..paths import repo_root
 
 __all__ = ["RUNS", "FORK_EPOCH", "BUDGET", "SESSIONS_BEGIN", "SESSIONS_END", "STANDING_BEGIN",
-           "STANDING_END", "histories", "sessions_block", "standing_block", "render", "check",
+           "STANDING_END", "histories", "sessions_block", "sessions_table", "standing_block", "render", "check",
            "main"]
 
 RUNS = {"1 worker": "studies/long-1w-bf16", "2 workers": "studies/long-2w-bf16"}
@@ -145,6 +145,16 @@ def standing_block(hist: dict[str, list[dict]], sessions: str) -> str:
                      f"{_rounded(trend.need(goal['targets_met'], 'targets_met'))} | "
                      f"{_rounded(trend.need(goal['resolution'], 'resolution'))} |")
     return "\n".join(lines)
+
+
+def sessions_table(root: str | Path | None = None) -> str:
+    """The sessions table of ``studies/README.md`` under ``root``, its numbers rendered from the
+    committed checkpoints (notebook 04 shows it beside the long runs' learning curves)."""
+    root = Path(root) if root else repo_root()
+    page = root / "studies" / "README.md"
+    text = page.read_text()
+    start, end = _blocks(text, str(page))["sessions"]
+    return sessions_block(text[start:end], histories(root))
 
 
 def _blocks(text: str, where: str) -> dict[str, tuple[int, int]]:
