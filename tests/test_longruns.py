@@ -63,6 +63,14 @@ def test_the_standing_table_says_where_each_committed_checkpoint_is():
         assert int(rows[run][1]) == history[-1]["epoch"]
         assert int(rows[run][2].replace(",", "")) == history[-1]["showers_seen"]
         assert float(rows[run][3]) == pytest.approx(own / 3600, abs=0.005)
+        # an own epoch's showers: 1,600 per worker (batch 32, 50 steps), not the parent's 1,600
+        per_epoch = 1600 * int(run.split()[0])
+        assert history[-1]["showers_seen"] - history[-2]["showers_seen"] == per_epoch
+        last = [r for r in _session_rows(PAGE.read_text()) if f"| {run} |" in r][-1]
+        first, end = map(int, re.search(r"\| (\d+)-(\d+) \|", last).groups())
+        epoch_s = statistics.median(r["time_epoch_s"] for r in history if first < r["epoch"] <= end)
+        left = (longruns.BUDGET - history[-1]["showers_seen"]) / per_epoch
+        assert float(rows[run][4]) == pytest.approx(left * epoch_s / 3600, abs=0.05)
 
 
 def test_a_number_edited_by_hand_is_reported_and_render_puts_it_back(page):

@@ -135,7 +135,7 @@ def standing_block(hist: dict[str, list[dict]], sessions: str) -> str:
     for run, history in hist.items():
         now = history[-1]
         own = sum(r["time_epoch_s"] for r in history if r["epoch"] > FORK_EPOCH) / 3600
-        per_epoch = now["showers_seen"] / now["epoch"]  # every epoch takes the same showers
+        per_epoch = now["showers_seen"] - history[-2]["showers_seen"]  # the run's own epochs
         left = max(BUDGET - now["showers_seen"], 0) / per_epoch
         hours = left * _last_session_epoch_s(sessions, run, history) / 3600
         met = [int(r["mon_targets_met"]) for r in history[-LAST:]]
