@@ -123,13 +123,18 @@ def test_the_tiny_study_runs_real_mpi_trainings_and_resumes(tmp_path):
     local = res["runs"]["2w-linear-k2-s0"]["rows"]
     assert [r["syncs"] for r in local] == [1, 1]  # 2 steps per epoch, k = 2
     # The all-reduces measured: the 8 float32 losses, D's and G's float32 gradients, local SGD's
-    # state (weights + RMSprop mean squares). A sync (a small check, then the state in one
-    # message) costs less than a synchronous step's five messages of as many bytes in all: what
-    # local SGD saves beyond 1 - 1/k.
+    # state (weights + RMSprop mean squares): a sync sends as many bytes as a synchronous step's
+    # gradients (D's and G's twice), in one message instead of four. Which costs less is a
+    # measurement (the study and notebook 02 report it), not asserted here: on a loaded 2-core
+    # machine the two medians came within 1 % of each other and a `<` failed one CI run.
     comm = res["communication"]
     assert comm["sizes"] == {"loss": 32, "d": 4 * 73_402, "g": 4 * 872_808,
                              "state": 8 * (73_402 + 872_808)}
-    assert comm["sync_s"] < comm["k1_step_s"]
+    assert comm["sizes"]["state"] == 2 * (comm["sizes"]["d"] + comm["sizes"]["g"])
+    t = comm["horovod_s"]
+    assert all(np.isfinite(v) and v > 0 for v in t.values()) and set(t) == set(comm["sizes"])
+    assert comm["k1_step_s"] == pytest.approx(t["loss"] + 2 * t["d"] + 2 * t["g"])
+    assert comm["sync_s"] == pytest.approx(t["loss"] + t["state"])
     # the 1-worker run and the 2-worker runs start from the same weights (seed), yet differ
     assert res["runs"]["1w-s0"]["rows"][0]["g_loss"] != res["runs"]["2w-none-s0"]["rows"][0]["g_loss"]
 
