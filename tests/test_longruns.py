@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gan3d.exceptions import StudyFileError
+from gan3d.exceptions import PageBlockError, StudyFileError
 from gan3d.validation import longruns
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,13 +53,15 @@ def test_each_sessions_row_is_the_median_and_range_of_its_epochs_rates():
 
 
 def test_the_standing_table_says_where_each_committed_checkpoint_is():
-    hist = longruns.histories(ROOT)
+    found = longruns.runs(ROOT)
     block = PAGE.read_text().split(longruns.STANDING_BEGIN)[1].split(longruns.STANDING_END)[0]
     rows = {c[0]: c for c in ([x.strip() for x in line.strip("|").split("|")]
                                for line in block.strip().splitlines()[2:])}
     assert set(rows) == set(longruns.RUNS)
-    for run, history in hist.items():
-        own = sum(r["time_epoch_s"] for r in history if r["epoch"] > longruns.FORK_EPOCH)
+    for run, (history, fork) in found.items():
+        # both runs fork the learning curve's epoch 26 (studies/warm-start/epoch-0026.npz)
+        assert fork == 26 and history[fork - 1]["epoch"] == fork
+        own = sum(r["time_epoch_s"] for r in history if r["epoch"] > 26)
         assert int(rows[run][1]) == history[-1]["epoch"]
         assert int(rows[run][2].replace(",", "")) == history[-1]["showers_seen"]
         assert float(rows[run][3]) == pytest.approx(own / 3600, abs=0.005)
@@ -123,8 +125,9 @@ def test_a_row_beyond_the_checkpoint_and_a_page_without_blocks_are_refused(page)
     with pytest.raises(StudyFileError, match="does not hold"):
         longruns.check(page, ROOT)
     page.write_text(text.replace(longruns.STANDING_END, ""))
-    with pytest.raises(StudyFileError, match="needs one"):
+    with pytest.raises(PageBlockError, match="needs one"):
         longruns.check(page, ROOT)
+    assert longruns.main([str(page), "--root", str(ROOT)]) == 2
 
 
 def test_estimates_are_quoted_to_two_significant_digits():
@@ -137,3 +140,13 @@ def test_estimates_are_quoted_to_two_significant_digits():
 def test_the_sessions_table_notebook_04_shows_is_the_pages():
     block = PAGE.read_text().split(longruns.SESSIONS_BEGIN)[1].split(longruns.SESSIONS_END)[0]
     assert longruns.sessions_table(ROOT) == block.strip()
+
+
+def test_the_sessions_chain_from_each_runs_recorded_fork():
+    """The chain starts at the fork the checkpoint records, not at a number in the code."""
+    found = longruns.runs(ROOT)
+    block = PAGE.read_text().split(longruns.SESSIONS_BEGIN)[1].split(longruns.SESSIONS_END)[0]
+    assert longruns.sessions_block(block, found) == block.strip()
+    moved = {run: r._replace(fork=r.fork - 1) for run, r in found.items()}
+    with pytest.raises(StudyFileError, match="must chain"):
+        longruns.sessions_block(block, moved)

@@ -24,6 +24,7 @@ __all__ = [
     "PipelineBusy",
     "OutsideTrainedRange",
     "StudyFileError",
+    "PageBlockError",
     "UncommittedChanges",
 ]
 
@@ -95,6 +96,11 @@ class OutsideTrainedRange(ConfigError):
 
 class StudyFileError(Gan3dError, ValueError):
     """A study file of another kind than asked for, or of a newer schema than this gan3d reads."""
+
+
+class PageBlockError(Gan3dError, ValueError):
+    """A page (README.md, studies/README.md) lacks a block that gan3d renders into, holds its
+    markers twice or in the wrong order (:mod:`gan3d.blocks`)."""
 
 
 class UncommittedChanges(StudyFileError):

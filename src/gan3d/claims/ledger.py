@@ -9,7 +9,7 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from .. import console
+from .. import blocks, console
 from ..io import atomic_path, provenance, write_json
 from ..paths import repo_root
 from .outcome import VERDICTS, Claim, Evidence, MissingEvidence, Outcome
@@ -222,17 +222,10 @@ def readme_block(data: dict) -> str:
 def update_readme(path: str | Path, data: dict) -> bool:
     """Rewrite the block between :data:`BEGIN` and :data:`END` of ``path`` from ``data``;
     True if it changed."""
-    path = Path(path)
-    text = path.read_text()
-    if BEGIN not in text or END not in text:
-        raise ValueError(f"{path} has no {BEGIN} ... {END} block for the claims' summary")
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    new = f"{head}{BEGIN}\n{readme_block(data)}\n{END}{tail}"
-    if new != text:
-        with atomic_path(path) as tmp:
-            Path(tmp).write_text(new)
-    return new != text
+    text = Path(path).read_text()
+    at = blocks.spans(text, {"claims": (BEGIN, END)}, f"{path} (the claims' summary)")
+    return blocks.write_if_changed(path, text, blocks.replaced(text, at,
+                                                               {"claims": readme_block(data)}))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,20 +30,22 @@ import statistics
 import sys
 from pathlib import Path
 
-from ..exceptions import StudyFileError
-from ..io import atomic_path
+from typing import NamedTuple
+
+from .. import blocks
+from ..exceptions import PageBlockError, StudyFileError
 from ..paths import repo_root
 
-__all__ = ["RUNS", "FORK_EPOCH", "BUDGET", "SESSIONS_BEGIN", "SESSIONS_END", "STANDING_BEGIN",
-           "STANDING_END", "histories", "sessions_block", "sessions_table", "standing_block", "render", "check",
-           "main"]
+__all__ = ["RUNS", "BUDGET", "SESSIONS_BEGIN", "SESSIONS_END", "STANDING_BEGIN", "STANDING_END",
+           "MARKERS", "Run", "runs", "histories", "sessions_block", "sessions_table",
+           "standing_block", "render", "check", "main"]
 
 RUNS = {"1 worker": "studies/long-1w-bf16", "2 workers": "studies/long-2w-bf16"}
-FORK_EPOCH = 26  # both runs fork the learning curve's epoch 26 (warm-start/epoch-0026.npz)
 BUDGET = 208_000  # showers each run goes to
 LAST = 5  # epochs over which the monitors' targets met are quoted
 SESSIONS_BEGIN, SESSIONS_END = "<!-- long-runs:sessions -->", "<!-- /long-runs:sessions -->"
 STANDING_BEGIN, STANDING_END = "<!-- long-runs:standing -->", "<!-- /long-runs:standing -->"
+MARKERS = {"sessions": (SESSIONS_BEGIN, SESSIONS_END), "standing": (STANDING_BEGIN, STANDING_END)}
 SESSIONS_HEAD = ("| session | date | run | epochs | median showers/s | range per epoch | note |\n"
                  "|---|---|---|---|---|---|---|")
 _ROW = re.compile(r"^\|\s*(?P<session>[^|]+?)\s*\|\s*(?P<date>[^|]+?)\s*\|\s*(?P<run>[^|]+?)\s*"
@@ -51,8 +53,15 @@ _ROW = re.compile(r"^\|\s*(?P<session>[^|]+?)\s*\|\s*(?P<date>[^|]+?)\s*\|\s*(?P
                   r"\s*\|\s*$")
 
 
-def histories(root: Path) -> dict[str, list[dict]]:
-    """Each run's history (one row per epoch), read from its newest committed checkpoint."""
+class Run(NamedTuple):
+    """A long run as its newest committed checkpoint records it."""
+
+    history: list[dict]  # one row per epoch, its parent's epochs first
+    fork: int  # the parent's epoch it was forked from (its own epochs come after)
+
+
+def runs(root: Path) -> dict[str, Run]:
+    """Each run's history and fork epoch, read from its newest committed checkpoint."""
     from .study import checkpoint_record, newest_checkpoint
 
     out = {}
@@ -61,8 +70,19 @@ def histories(root: Path) -> dict[str, list[dict]]:
         if found is None:
             raise StudyFileError(f"{root / folder} holds no epoch-*.npz: the long run's newest "
                                  "checkpoint must be committed there (studies/README.md says how)")
-        out[run] = checkpoint_record(found)["history"]
+        record = checkpoint_record(found)
+        fork = (record.get("fork") or {}).get("epoch")
+        if fork is None:
+            raise StudyFileError(f"{found} records no fork: a long run is forked from the "
+                                 "learning curve's checkpoint (gan3d train --fork-from); commit "
+                                 "the long run's own checkpoint there")
+        out[run] = Run(record["history"], int(fork))
     return out
+
+
+def histories(root: Path) -> dict[str, list[dict]]:
+    """Each run's history (one row per epoch), read from its newest committed checkpoint."""
+    return {run: r.history for run, r in runs(root).items()}
 
 
 def _epochs(history: list[dict], first: int, last: int) -> list[dict]:
@@ -82,10 +102,11 @@ def _session_row(m: re.Match, history: list[dict]) -> str:
             + (f" {m['note']} |" if m["note"] else " |"))
 
 
-def sessions_block(block: str, hist: dict[str, list[dict]]) -> str:
-    """The sessions table with its numbers recomputed from ``hist``; its rows must chain each
-    run's epochs from :data:`FORK_EPOCH` to its newest checkpoint's."""
-    rows, reached = [], {run: FORK_EPOCH for run in hist}
+def sessions_block(block: str, found: dict[str, Run]) -> str:
+    """The sessions table with its numbers recomputed from the runs' histories; its rows must
+    chain each run's epochs from its fork to its newest checkpoint's."""
+    hist = {run: r.history for run, r in found.items()}
+    rows, reached = [], {run: r.fork for run, r in found.items()}
     for line in block.strip().splitlines()[2:]:
         m = _ROW.match(line)
         if not m or m["run"] not in hist:
@@ -117,13 +138,13 @@ def _rounded(text: str) -> str:
 
 def _last_session_epoch_s(block: str, run: str, history: list[dict]) -> float:
     """The median time of an epoch (training, test loss and monitors) in the run's last session
-    of the sessions table."""
+    of the sessions table (a table :func:`sessions_block` rendered, so every row parses)."""
     last = [m for m in map(_ROW.match, block.strip().splitlines()[2:]) if m and m["run"] == run]
     rows = _epochs(history, int(last[-1]["first"]), int(last[-1]["last"])) if last else history
     return statistics.median(r["time_epoch_s"] for r in rows)
 
 
-def standing_block(hist: dict[str, list[dict]], sessions: str) -> str:
+def standing_block(found: dict[str, Run], sessions: str) -> str:
     """Where each run stands: epoch, showers, own hours, hours to :data:`BUDGET`, the monitors'
     targets met over the last epochs and the trend's estimates."""
     from . import trend
@@ -132,9 +153,9 @@ def standing_block(hist: dict[str, list[dict]], sessions: str) -> str:
              f"{BUDGET:,} at the last session's median epoch | targets met by the monitors, "
              f"last {LAST} epochs | showers to {trend.GOAL_TARGETS} targets, estimated [90 %] | "
              "showers to the resolution goal, estimated [90 %] |", "|---" * 8 + "|"]
-    for run, history in hist.items():
+    for run, (history, fork) in found.items():
         now = history[-1]
-        own = sum(r["time_epoch_s"] for r in history if r["epoch"] > FORK_EPOCH) / 3600
+        own = sum(r["time_epoch_s"] for r in history if r["epoch"] > fork) / 3600
         per_epoch = now["showers_seen"] - history[-2]["showers_seen"]  # the run's own epochs
         left = max(BUDGET - now["showers_seen"], 0) / per_epoch
         hours = left * _last_session_epoch_s(sessions, run, history) / 3600
@@ -153,32 +174,17 @@ def sessions_table(root: str | Path | None = None) -> str:
     root = Path(root) if root else repo_root()
     page = root / "studies" / "README.md"
     text = page.read_text()
-    start, end = _blocks(text, str(page))["sessions"]
-    return sessions_block(text[start:end], histories(root))
-
-
-def _blocks(text: str, where: str) -> dict[str, tuple[int, int]]:
-    """The (start, end) of each marked block's content in ``text``."""
-    out = {}
-    for name, begin, end in (("sessions", SESSIONS_BEGIN, SESSIONS_END),
-                             ("standing", STANDING_BEGIN, STANDING_END)):
-        if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
-            raise StudyFileError(f"{where} needs one {begin} ... {end} block")
-        out[name] = (text.index(begin) + len(begin), text.index(end))
-    return out
+    start, end = blocks.spans(text, MARKERS, str(page))["sessions"]
+    return sessions_block(text[start:end], runs(root))
 
 
 def rendered(text: str, root: Path, where: str = "the page") -> str:
     """``text`` with both blocks rendered from the checkpoints under ``root``."""
-    at = _blocks(text, where)
-    hist = histories(root)
-    sessions = sessions_block(text[slice(*at["sessions"])], hist)
-    new = {"sessions": sessions, "standing": standing_block(hist, sessions)}
-    out, pos = [], 0
-    for name, (start, end) in sorted(at.items(), key=lambda kv: kv[1][0]):
-        out += [text[pos:start], "\n", new[name], "\n"]
-        pos = end
-    return "".join(out + [text[pos:]])
+    at = blocks.spans(text, MARKERS, where)
+    found = runs(root)
+    sessions = sessions_block(text[slice(*at["sessions"])], found)
+    return blocks.replaced(text, at, {"sessions": sessions,
+                                      "standing": standing_block(found, sessions)})
 
 
 def check(page: str | Path, root: str | Path | None = None) -> list[str]:
@@ -197,11 +203,8 @@ def render(page: str | Path, root: str | Path | None = None) -> bool:
     """Rewrite ``page``'s blocks from the checkpoints, atomically; True if it changed."""
     page = Path(page)
     text = page.read_text()
-    new = rendered(text, Path(root) if root else repo_root(), str(page))
-    if new != text:
-        with atomic_path(page) as tmp:
-            Path(tmp).write_text(new)
-    return new != text
+    return blocks.write_if_changed(page, text, rendered(text, Path(root) if root else repo_root(),
+                                                        str(page)))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -218,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{page}: {'rewritten' if render(page, root) else 'current'}")
             return 0
         stale = check(page, root)
-    except StudyFileError as err:
+    except (StudyFileError, PageBlockError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print("\n".join(stale) if stale else f"{page}: current")
