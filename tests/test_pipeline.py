@@ -57,6 +57,7 @@ def _plotted(figures, name):
 
 
 def _run(project, **kwargs):
+    kwargs.setdefault("studies_dir", project / "studies")
     return reproduce("quick", kwargs.pop("overrides", {}), notebooks_dir=project / "notebooks",
                      results_dir=project / "results", figures_dir=project / "figures",
                      verbose=False, **kwargs)
@@ -94,6 +95,13 @@ def test_second_run_skips_and_a_change_redoes_that_step_and_later_ones(project):
     _run(project)
     again = _run(project)
     assert [r.status for r in again.records] == ["skipped"] * 5
+    # a checkpoint committed in studies/ redoes the notebooks that read the studies (2-4), not the
+    # data's (1st) or the lesson (5th)
+    (project / "studies" / "long-run").mkdir(parents=True)
+    (project / "studies" / "long-run" / "epoch-0002.npz").write_bytes(b"new weights")
+    studied = _run(project)
+    assert [r.status for r in studied.records] == ["skipped", "ran", "ran", "ran", "skipped"]
+    assert [s.name for s in STEPS if s.studies] == ["training", "scaling", "validation"]
     # changing the third notebook redoes it and the fourth, which reads it; not the lesson (5th)
     _write_notebook(project / "notebooks" / STEPS[2].notebook, f"{STEPS[2].name}_fig", value=2)
     third = _run(project)

@@ -14,8 +14,10 @@ and then:
 * records provenance per run (parameters, versions, commit, machine, time per notebook).
 
 A notebook is skipped when its inputs did not change: its key hashes the notebook, its parameters,
-the package's code and, for a notebook that reads the one before it (``Step.chained``), that one's
-key (so a change redoes that notebook and those after it that depend on it, and only those).
+the package's code, for a notebook that reads the committed ``studies/`` (``Step.studies``: its
+claims, the long runs' checkpoints) every file there, and, for a notebook that reads the one
+before it (``Step.chained``), that one's key (so a change redoes that notebook and those after it
+that depend on it, and only those).
 ``--force`` redoes everything.
 
 Faults (``docs/reliability.md``): one run at a time per results folder (:func:`run_lock`; a second
@@ -60,6 +62,7 @@ class Step:
     reproduces: str
     sections: tuple[str, ...]  # configuration sections the notebook reads (its overrides)
     chained: bool = True  # reads what the notebook before it made: redone when that one is
+    studies: bool = False  # reads the committed studies/ (its claims, long runs): redone on a change
 
 
 STEPS = (
@@ -67,13 +70,14 @@ STEPS = (
          "extends the paper: the CLIC showers it trains on (synthetic calorimeter here)",
          ("data",)),
     Step("02_distributed_training.ipynb", "training",
-         "the paper's claim that N workers converge like 1 (Sect. 4 and 6)", ("data", "train")),
+         "the paper's claim that N workers converge like 1 (Sect. 4 and 6)", ("data", "train"),
+         studies=True),
     Step("03_scaling_analysis.ipynb", "scaling",
          "the paper's Figures 1-3 and its overall-time result (Sect. 5-6), with models",
-         ("data", "train", "scale")),
+         ("data", "train", "scale"), studies=True),
     Step("04_physics_validation.ipynb", "validation",
          "goes beyond the paper: are the distributed GAN's showers physically right?",
-         ("data", "train", "validation")),
+         ("data", "train", "validation"), studies=True),
     Step("05_distributed_concepts.ipynb", "concepts",
          "teaches the paper's mechanisms hands-on on live MPI engines", (), chained=False),
 )
@@ -114,6 +118,17 @@ def _code_hash() -> str:
     for p in sorted(root.rglob("*")):
         if p.is_file() and p.suffix in {".py", ".yaml", ".mplstyle", ".json"} and "__pycache__" not in p.parts:
             h.update(str(p.relative_to(root)).encode())
+            h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def _studies_hash(studies: Path) -> str:
+    """Hash of every file under ``studies`` (names and bytes): a study or checkpoint committed
+    there redoes the notebooks that read it (:attr:`Step.studies`)."""
+    h = hashlib.sha256()
+    for p in sorted(studies.rglob("*")) if studies.is_dir() else []:
+        if p.is_file():
+            h.update(str(p.relative_to(studies)).encode())
             h.update(p.read_bytes())
     return h.hexdigest()
 
@@ -248,9 +263,11 @@ def _one_run_at_a_time(reproduce):
 def reproduce(profile: str = "quick", overrides: Mapping[str, Any] | None = None, *,
               force: bool = False, only: Sequence[str] | None = None,
               notebooks_dir: str | Path | None = None, results_dir: str | Path | None = None,
-              figures_dir: str | Path | None = None, verbose: bool = True) -> PipelineSummary:
+              figures_dir: str | Path | None = None, studies_dir: str | Path | None = None,
+              verbose: bool = True) -> PipelineSummary:
     """Run the pipeline; return its summary (also printed). Does not raise on a failed notebook;
-    raises :class:`PipelineBusy` at once while another run holds the results folder."""
+    raises :class:`PipelineBusy` at once while another run holds the results folder.
+    ``studies_dir`` (default ``studies/``) is what the keys of the steps that read it hash."""
     overrides = dict(overrides or {})
     cfg = resolve(profile, overrides)
     root = repo_root()
@@ -258,12 +275,14 @@ def reproduce(profile: str = "quick", overrides: Mapping[str, Any] | None = None
                ensure_dir(Path(results_dir or root / cfg.pipeline.results)),
                ensure_dir(Path(figures_dir or root / cfg.pipeline.figures)), force, _code_hash())
     code, previous, t_start = run.code, "", time.monotonic()
+    studies = _studies_hash(Path(studies_dir or root / "studies"))
     records: list[StepRecord] = []
     selected = _select(only)
     for i, step in enumerate(STEPS):
         staging = run.results / step.name / "figures_staging"
         params = step_parameters(step, cfg, overrides, run.results, staging)
-        key = _key(run.notebooks / step.notebook, params, code, previous if step.chained else "")
+        key = _key(run.notebooks / step.notebook, params,
+                   code + (studies if step.studies else ""), previous if step.chained else "")
         previous = key
         if step in selected:
             records.append(run.step(f"[{i + 1}/{len(STEPS)}]", step, params, key, staging))
