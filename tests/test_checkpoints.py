@@ -110,3 +110,20 @@ def test_a_fork_restores_the_state_and_records_what_it_changes(tmp_path, gan_ste
         checkpoints.fork(tmp_path / "empty", variables, child, workers=1)
     with pytest.raises(CheckpointError, match="different model"):
         checkpoints.fork(path, variables[:-1], child, workers=1)
+
+
+def test_a_fork_names_a_committed_parent_relative_to_its_checkout(tmp_path, gan_step):
+    """A parent inside a git checkout (a committed study) is recorded by its path there, so a
+    committed fork carries no folder of the machine that trained it."""
+    import subprocess
+
+    repo = tmp_path / "checkout"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    cfg = _cfg(tmp_path, **{"train.epochs": 2})
+    variables = gan_step.state_variables()
+    path = checkpoints.save_checkpoint(repo / "studies" / "warm", 1, variables, cfg, [], 1)
+    _, _, record = checkpoints.fork(path, variables, cfg, workers=1)
+    assert record["from"] == "studies/warm/epoch-0001.npz"
+    outside = checkpoints.save_checkpoint(tmp_path / "elsewhere", 1, variables, cfg, [], 1)
+    assert checkpoints.fork(outside, variables, cfg, workers=1)[2]["from"] == str(outside)

@@ -34,7 +34,7 @@ import numpy as np
 from .. import console
 from ..config import Config, flatten, lr_factor, to_dict
 from ..exceptions import CheckpointError
-from ..io import atomic_path, ensure_dir, provenance, write_json
+from ..io import atomic_path, ensure_dir, provenance, repository_of, write_json
 from ..paths import resolve_path
 
 __all__ = ["save_checkpoint", "latest_checkpoint", "all_checkpoints", "load_checkpoint",
@@ -187,11 +187,23 @@ def fork_source(path: str | Path) -> Path:
     return p
 
 
+def _named(path: Path) -> str:
+    """``path`` as a fork record names it: relative to its git checkout where it lies in one (a
+    committed checkpoint, ``studies/warm-start/epoch-0026.npz``: no folder of the machine that
+    trained it), else as given."""
+    repo = repository_of(path)
+    try:
+        return str(path.resolve().relative_to(repo)) if repo else str(path)
+    except ValueError:  # a link out of the checkout
+        return str(path)
+
+
 def fork(path: str | Path, variables: list, cfg: Config, workers: int
          ) -> tuple[int, list[dict], dict[str, Any]]:
     """Start a new run from the checkpoint ``path`` (a file or a run's folder): restore its
     variables into ``variables`` (count and shapes checked) and return ``(epochs done, its
-    history, the fork record)``. The record - the file and its SHA-256, its epoch, workers,
+    history, the fork record)``. The record - the file (relative to its checkout, if in one) and
+    its SHA-256, its epoch, workers,
     configuration and provenance, and every trajectory setting this run changes (``changed``:
     ``{key: [parent's, this run's]}``, the worker count included) - goes into the new run's
     config.json and checkpoints. ``cfg.train.epochs`` counts from the parent's start, so it must
@@ -213,7 +225,7 @@ def fork(path: str | Path, variables: list, cfg: Config, workers: int
     if was != workers:
         changed["workers"] = [was, workers]
     digest = hashlib.sha256(source.read_bytes()).hexdigest()
-    record = {"from": str(source), "sha256": digest, "epoch": done, "workers": was,
+    record = {"from": _named(source), "sha256": digest, "epoch": done, "workers": was,
               "showers_seen": (meta["history"][-1].get("showers_seen") if meta["history"]
                                else None),
               "changed": changed, "config": meta["config"],
