@@ -70,6 +70,19 @@ def test_parse_overrides_reads_yaml_values():
         parse_overrides(["epochs"])
 
 
+def test_a_float_in_exponent_form_is_a_float():
+    """YAML 1.1 reads ``1e-4`` (no dot) as a string: ``--set train.learning_rate=1e-4`` and a
+    profile's ``learning_rate: 1e-4`` are numbers all the same; a word stays refused."""
+    for raw, want in [("1e-4", 1e-4), ("2E-3", 2e-3), ("5.e-1", 0.5), (".5e+1", 5.0)]:
+        value = parse_overrides([f"train.learning_rate={raw}"])["train.learning_rate"]
+        assert resolve("quick", {"train.learning_rate": value}).train.learning_rate == want
+    for bad in ["1e", "e-4", "one", "1e-4x"]:
+        with pytest.raises(ConfigError, match="train.learning_rate.*float"):
+            resolve("quick", {"train.learning_rate": bad})
+    with pytest.raises(ConfigError, match="train.epochs.*int"):  # an int takes no exponent
+        resolve("quick", {"train.epochs": "1e3"})
+
+
 def test_config_is_frozen_and_round_trips_through_json():
     cfg = resolve("paper", {"train.epochs": 7})
     with pytest.raises(AttributeError):

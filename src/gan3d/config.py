@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import typing
 from dataclasses import dataclass, field
 from importlib import resources
@@ -195,6 +196,9 @@ def _describe(tp: Any) -> str:
     return f"a {getattr(tp, '__name__', str(tp))}"
 
 
+_EXPONENT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+
+
 def _coerce(key: str, value: Any, tp: Any) -> Any:
     """Check ``value`` against the annotation ``tp``; convert only where lossless."""
     origin = typing.get_origin(tp)
@@ -221,6 +225,8 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
             raise bad
         return value
     if tp is float:
+        if isinstance(value, str) and _EXPONENT.fullmatch(value.strip()):
+            return float(value)  # YAML 1.1 reads 1e-4 (no dot) as a string; Python does not
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise bad
         return float(value)
