@@ -72,15 +72,22 @@ def test_parse_overrides_reads_yaml_values():
 
 def test_a_float_in_exponent_form_is_a_float():
     """YAML 1.1 reads ``1e-4`` (no dot) as a string: ``--set train.learning_rate=1e-4`` and a
-    profile's ``learning_rate: 1e-4`` are numbers all the same; a word stays refused."""
-    for raw, want in [("1e-4", 1e-4), ("2E-3", 2e-3), ("5.e-1", 0.5), (".5e+1", 5.0)]:
+    profile's ``learning_rate: 1e-4`` are numbers all the same; a word stays a word."""
+    from gan3d.config import load_yaml
+
+    for raw, want in [("1e-4", 1e-4), ("2E-3", 2e-3), ("5.e-1", 0.5), (".5e+1", 5.0),
+                      ("+1.5e2", 150.0), ("1.0e-4", 1e-4), ("0.5", 0.5)]:
         value = parse_overrides([f"train.learning_rate={raw}"])["train.learning_rate"]
         assert resolve("quick", {"train.learning_rate": value}).train.learning_rate == want
-    for bad in ["1e", "e-4", "one", "1e-4x"]:
-        with pytest.raises(ConfigError, match="train.learning_rate.*float"):
-            resolve("quick", {"train.learning_rate": bad})
-    with pytest.raises(ConfigError, match="train.epochs.*int"):  # an int takes no exponent
-        resolve("quick", {"train.epochs": "1e3"})
+    assert parse_overrides(["data.energy_min=-1.5e2"]) == {"data.energy_min": -150.0}
+    assert load_yaml("train:\n  learning_rate: 1e-4\n") == {"train": {"learning_rate": 1e-4}}
+    for word in ["1e", "e-4", "one", "1e-4x", "1_e4"]:
+        assert parse_overrides([f"data.path={word}"]) == {"data.path": word}
+    assert parse_overrides(["train.epochs=3"]) == {"train.epochs": 3}  # ints stay ints
+    with pytest.raises(ConfigError, match="train.epochs.*int"):  # 1e3 is a float, not an int
+        resolve("quick", parse_overrides(["train.epochs=1e3"]))
+    with pytest.raises(ConfigError, match=r"override 'scale.workers=\[1': its value is not valid YAML"):
+        parse_overrides(["scale.workers=[1"])
 
 
 def test_config_is_frozen_and_round_trips_through_json():

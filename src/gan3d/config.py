@@ -196,9 +196,6 @@ def _describe(tp: Any) -> str:
     return f"a {getattr(tp, '__name__', str(tp))}"
 
 
-_EXPONENT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
-
-
 def _coerce(key: str, value: Any, tp: Any) -> Any:
     """Check ``value`` against the annotation ``tp``; convert only where lossless."""
     origin = typing.get_origin(tp)
@@ -225,8 +222,6 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
             raise bad
         return value
     if tp is float:
-        if isinstance(value, str) and _EXPONENT.fullmatch(value.strip()):
-            return float(value)  # YAML 1.1 reads 1e-4 (no dot) as a string; Python does not
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise bad
         return float(value)
@@ -242,11 +237,7 @@ _SECTIONS = {f.name: f.type for f in dataclasses.fields(Config) if f.name != "pr
 
 def _section_types() -> dict[str, dict[str, Any]]:
     hints = typing.get_type_hints(Config)
-    out = {}
-    for name in _SECTIONS:
-        cls = hints[name]
-        out[name] = (cls, typing.get_type_hints(cls))
-    return out
+    return {name: (hints[name], typing.get_type_hints(hints[name])) for name in _SECTIONS}
 
 
 def _apply(cfg: Config, overrides: Mapping[str, Any]) -> Config:
@@ -341,6 +332,11 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+# YAML 1.1 reads 1e-4 (an exponent, no dot) as a string; read it as the float every user means.
+_StrictLoader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(
+    r"^[-+]?(?:\d+\.?\d*|\.\d+)[eE][-+]?\d+$"), list("-+0123456789."))
+
+
 def load_yaml(text: str, where: str = "YAML") -> Any:
     """Parse YAML text, refusing duplicate keys with a :class:`ConfigError` naming ``where``."""
     loader = _StrictLoader(text)
@@ -372,10 +368,7 @@ def parse_overrides(items: list[str] | None) -> dict[str, Any]:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
             raise ConfigError(f"override {item!r} is not of the form section.key=value")
-        try:
-            out[key.strip()] = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"override {item!r}: value is not valid YAML ({exc})") from None
+        out[key.strip()] = load_yaml(raw, f"override {item!r}: its value") if raw.strip() else ""
     return out
 
 
