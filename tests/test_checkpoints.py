@@ -127,3 +127,26 @@ def test_a_fork_names_a_committed_parent_relative_to_its_checkout(tmp_path, gan_
     assert record["from"] == "studies/warm/epoch-0001.npz"
     outside = checkpoints.save_checkpoint(tmp_path / "elsewhere", 1, variables, cfg, [], 1)
     assert checkpoints.fork(outside, variables, cfg, workers=1)[2]["from"] == str(outside)
+
+
+def test_a_fork_of_a_fork_keeps_its_lineage_oldest_first(tmp_path, gan_step):
+    """A long run forked from the learning curve and forked again to lower its learning rate:
+    its checkpoints name both forks, the first where it left the curve, the last what it
+    changed; a run from scratch has none."""
+    variables = gan_step.state_variables()
+    curve = _cfg(tmp_path, **{"train.epochs": 2})
+    first = checkpoints.save_checkpoint(tmp_path / "curve", 2, variables, curve,
+                                        [{"epoch": 2, "showers_seen": 64}], 1)
+    run = curve.replace(**{"train.epochs": 5})
+    _, history, record = checkpoints.fork(first, variables, run, workers=2)
+    long = checkpoints.save_checkpoint(tmp_path / "long", 3, variables, run,
+                                       history + [{"epoch": 3, "showers_seen": 128}], 2,
+                                       fork=record)
+    slower = run.replace(**{"train.learning_rate": 1e-4})
+    _, _, again = checkpoints.fork(long, variables, slower, workers=2)
+    chain = checkpoints.lineage(again)
+    assert [r["epoch"] for r in chain] == [2, 3]
+    assert chain[0]["from"] == str(first) and chain[0]["changed"] == {"workers": [1, 2]}
+    assert chain[1]["from"] == str(long)
+    assert chain[1]["changed"] == {"train.learning_rate": [1e-3, 1e-4]}
+    assert checkpoints.lineage(None) == [] and checkpoints.lineage(record) == [record]

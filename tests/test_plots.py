@@ -189,3 +189,26 @@ def test_a_paired_row_of_one_seed_is_drawn_without_an_interval():
     import matplotlib.pyplot as plt
 
     plt.close(fig)
+
+
+def test_the_long_runs_curves_mark_each_change_of_learning_rate():
+    """A dotted line per change of lr, on every panel, at the showers seen when the new rate
+    began: none for a run at one rate, one for a fork's lr x 2, two once it is lowered too."""
+    def history(lrs):
+        return [{"epoch": e, "showers_seen": 1600 * e, "lr": lr, "mon_targets_met": 10,
+                 **{f"mon_{n}_100": 0.1 for n in ("profile_distance", "sampling_fraction",
+                                                  "ecal_sum_spread")}}
+                for e, lr in enumerate(lrs, 1)]
+
+    def dotted(fig):
+        return [[ln.get_xdata()[0] for ln in a.get_lines() if ln.get_linestyle() == ":"]
+                for a in fig.axes]
+
+    steady = tplots.runs_learning_curves({"one rate": history([1e-3] * 6)})
+    assert dotted(steady) == [[]] * 4
+    pair = tplots.runs_learning_curves({"1 worker": history([1e-3] * 4 + [1e-4] * 2),
+                                        "2 workers": history([1e-3] * 2 + [2e-3] * 2 + [2e-4] * 2)})
+    assert all(sorted(x) == [3200.0, 6400.0, 6400.0] for x in dotted(pair))
+    texts = sorted(t.get_text() for t in pair.axes[0].texts)
+    assert texts == ["lr 0.001 -> 0.0001", "lr 0.001 -> 0.002", "lr 0.002 -> 0.0002"]
+    matplotlib.pyplot.close("all")

@@ -81,3 +81,39 @@ def test_series_takes_the_worst_energy_over_each_tolerance():
     assert got["resolution"][1] == pytest.approx(worst / (trend.RESOLUTION_RATIO - 1))
     assert list(got["targets_met"][1]) == [5, 6, 7]
     assert set(got) == {"targets_met", "resolution", *monitors.TARGETS}
+
+
+def _history(lrs, dev):
+    """Epochs at the learning rates ``lrs`` whose every deviation is ``dev(i)``."""
+    rows = []
+    for i, lr in enumerate(lrs):
+        row = {"epoch": i + 1, "showers_seen": 1600 * (i + 1), "lr": lr,
+               "mon_targets_met": 10}
+        for name in monitors.NUMBERS:
+            for en in monitors.MONITOR_ENERGIES:
+                row[f"mon_{name}_{en:g}"] = dev(i)
+        rows.append(row)
+    return rows
+
+
+def test_a_lowered_learning_rate_starts_a_trend_of_its_own():
+    """A run falling steadily at lr 1e-3, then flat after its lr was cut to 1e-4: the estimate
+    is the flat stage's (not improving), not the first stage's line carried across the change;
+    with too few epochs since the change there is no estimate at all."""
+    falling = lambda i: 2.0 * (1600 * (i + 1) / 1e4) ** -0.3  # noqa: E731
+    steady = _history([1e-3] * 40, falling)
+    assert trend.at_current_lr(steady) == steady
+    est = trend.showers_to_goal(steady, n_boot=100)["resolution"]
+    assert est["epochs"] == 21 and np.isfinite(est["showers"])  # the later half, one lr
+    flat = _history([1e-3] * 40 + [1e-4] * 12,
+                    lambda i: falling(i) if i < 40 else falling(39) * (1 + 0.003 * (i - 39)))
+    assert [r["epoch"] for r in trend.at_current_lr(flat)] == list(range(41, 53))
+    assert [(a["epoch"], b["epoch"]) for a, b in trend.lr_changes(flat)] == [(40, 41)]
+    est = trend.showers_to_goal(flat, n_boot=100)["resolution"]
+    assert est["epochs"] == 12 and trend.need(est, "resolution") == "not improving at this stage"
+    mixed = trend.estimate(*trend.series(flat)["resolution"], goal=1.0, rising=False,
+                           log_values=True, n_boot=100)  # the fit across the change
+    assert mixed["epochs"] == 27 and mixed["exponent"] < 0 < est["exponent"]  # a false descent
+    few = trend.showers_to_goal(flat[:44], n_boot=100)["resolution"]
+    assert few["epochs"] == 4 and trend.need(few, "resolution") == "too few epochs (4)"
+    assert trend.at_current_lr([{"epoch": 1}]) == [{"epoch": 1}]  # no lr recorded: all rows

@@ -191,7 +191,8 @@ def long_pair(ev: Evidence) -> Outcome:
     One pair, no seeds: a point comparison, said so. Fixed before the long runs reach the goal."""
     from ..convergence.analysis import MARGINS
 
-    runs = ev.json("results/validation/long_runs.json").get("runs", {})
+    found = ev.json("results/validation/long_runs.json")
+    runs, budget = found.get("runs", {}), found.get("budget")
     by = {r.get("workers"): r for r in runs.values()}
     if 1 not in by or 2 not in by:
         raise MissingEvidence("results/validation/long_runs.json lacks the 1- or the 2-worker "
@@ -217,7 +218,9 @@ def long_pair(ev: Evidence) -> Outcome:
     if not one.get("goal_met"):
         return Outcome("inconclusive", "measured", value, rule, needs=(
             "a 1-worker generator of physics grade: more showers of training (the long runs "
-            "go on to 208,000; `studies/README.md`)" + _trend(one)), numbers=numbers)
+            f"go on to {budget:,}; `studies/README.md`)" if budget else "a 1-worker generator "
+            "of physics grade: more showers of training (`studies/README.md`)") + _trend(one),
+            numbers=numbers)
     margin = MARGINS["mon_targets_met"][0]
     ok = (two["targets_met"] >= one["targets_met"] - margin
           and two["worst_resolution_ratio"] <= GOAL["worst_resolution_ratio"]

@@ -39,7 +39,7 @@ from ..paths import resolve_path
 
 __all__ = ["save_checkpoint", "latest_checkpoint", "all_checkpoints", "load_checkpoint",
            "load_latest", "restore_variables", "check_compatible", "fork", "fork_source",
-           "resume", "start_fork", "TRAJECTORY_KEYS"]
+           "resume", "start_fork", "lineage", "TRAJECTORY_KEYS"]
 
 log = console.get_logger(__name__)
 
@@ -231,6 +231,18 @@ def fork(path: str | Path, variables: list, cfg: Config, workers: int
               "changed": changed, "config": meta["config"],
               "provenance": meta.get("provenance"), "parent_fork": meta.get("fork")}
     return done, list(meta["history"]), record
+
+
+def lineage(record: dict | None) -> list[dict]:
+    """The forks a run descends through, oldest first, from the fork record its checkpoints hold
+    (each record names its parent's as ``parent_fork``): ``[]`` for a run from scratch. A long run
+    forked from the learning curve and forked again to change its learning rate has two: the
+    first says where it left the learning curve, the last what it changed most recently."""
+    chain = []
+    while record:
+        chain.append(record)
+        record = record.get("parent_fork")
+    return chain[::-1]
 
 
 def resume(variables: list, cfg: Config, out: Path, workers: int, say

@@ -15,6 +15,7 @@ from matplotlib.colors import LogNorm
 from matplotlib.ticker import MaxNLocator
 
 from ..validation.monitors import MONITOR_ENERGIES, TARGETS
+from ..validation.trend import lr_changes
 from . import LABELS, colours, panels, styled
 
 __all__ = ["loss_curves", "epoch_times", "shower_comparison", "monitor_curves", "run_label",
@@ -182,15 +183,25 @@ _RUN_PANELS = {"mon_targets_met": "targets met (of 20)",
 def runs_learning_curves(runs: Mapping[str, Sequence[dict]], *, ax=None):
     """Several runs' physics monitors against the training showers seen (all workers): per
     evaluation, the targets met and the mean over the monitor energies of each deviation
-    (:func:`gan3d.convergence.plan.summarise_history`), one colour per run (``ax``: 1 x 4)."""
+    (:func:`gan3d.convergence.plan.summarise_history`), one colour per run (``ax``: 1 x 4).
+    A dotted line in the run's colour marks each change of its learning rate (a fork's lr x N,
+    a later fork that lowered it), at the showers seen when the new rate began."""
     from ..convergence.plan import summarise_history
 
     fig, axes = panels(ax, 1, len(_RUN_PANELS), width=15.0, height=3.6)
-    for colour, (label, rows) in zip(colours(len(runs)), runs.items()):
-        rows = [r for r in summarise_history(list(rows)) if r.get("mon_targets_met") is not None]
+    for k, (colour, (label, every)) in enumerate(zip(colours(len(runs)), runs.items())):
+        rows = [r for r in summarise_history(list(every)) if r.get("mon_targets_met") is not None]
         x = np.array([r["showers_seen"] for r in rows], float)
         for a, name in zip(np.ravel(axes), _RUN_PANELS):
             a.plot(x, [r[name] for r in rows], "-", lw=1.2, color=colour, label=label)
+        for before, after in lr_changes(every):
+            for a in np.ravel(axes):
+                a.axvline(before["showers_seen"], color=colour, ls=":", lw=1.0)
+            np.ravel(axes)[0].annotate(f"lr {before['lr']:g} -> {after['lr']:g}",
+                                       (before["showers_seen"], 0.02 + 0.48 * (k % 2)),
+                                       color=colour,
+                                       xycoords=("data", "axes fraction"), rotation=90,
+                                       fontsize=6, ha="right", va="bottom")
     for a, (name, text) in zip(np.ravel(axes), _RUN_PANELS.items()):
         a.set_title(text, fontsize=9)
         a.set_xlabel("training showers seen (all workers)")

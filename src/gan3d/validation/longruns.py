@@ -41,7 +41,7 @@ __all__ = ["RUNS", "BUDGET", "SESSIONS_BEGIN", "SESSIONS_END", "STANDING_BEGIN",
            "standing_block", "render", "check", "main"]
 
 RUNS = {"1 worker": "studies/long-1w-bf16", "2 workers": "studies/long-2w-bf16"}
-BUDGET = 208_000  # showers each run goes to
+BUDGET = 227_200  # showers each run goes to: 201,600 at lr 1e-3 (x 2), then 25,600 at a tenth
 LAST = 5  # epochs over which the monitors' targets met are quoted
 SESSIONS_BEGIN, SESSIONS_END = "<!-- long-runs:sessions -->", "<!-- /long-runs:sessions -->"
 STANDING_BEGIN, STANDING_END = "<!-- long-runs:standing -->", "<!-- /long-runs:standing -->"
@@ -57,7 +57,8 @@ class Run(NamedTuple):
     """A long run as its newest committed checkpoint records it."""
 
     history: list[dict]  # one row per epoch, its parent's epochs first
-    fork: int  # the parent's epoch it was forked from (its own epochs come after)
+    fork: int  # the learning curve's epoch it was first forked from (its own epochs come after;
+    # a later fork of the run itself, e.g. to lower its learning rate, does not move it)
 
 
 def runs(root: Path) -> dict[str, Run]:
@@ -71,7 +72,7 @@ def runs(root: Path) -> dict[str, Run]:
             raise StudyFileError(f"{root / folder} holds no epoch-*.npz: the long run's newest "
                                  "checkpoint must be committed there (studies/README.md says how)")
         record = checkpoint_record(found)
-        fork = (record.get("fork") or {}).get("epoch")
+        fork = record["forks"][0]["epoch"] if record["forks"] else None
         if fork is None:
             raise StudyFileError(f"{found} records no fork: a long run is forked from the "
                                  "learning curve's checkpoint (gan3d train --fork-from); commit "

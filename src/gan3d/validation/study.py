@@ -220,16 +220,18 @@ def networks_from_checkpoint(path) -> tuple[object, object]:
 
 
 def checkpoint_record(path) -> dict:
-    """What a checkpoint says of its run: epoch, workers, showers seen, precision, the history
-    and provenance (no weights loaded)."""
-    from ..gan.checkpoints import load_checkpoint
+    """What a checkpoint says of its run: epoch, workers, showers seen, precision, the history,
+    provenance, its fork record and ``forks`` (:func:`~gan3d.gan.checkpoints.lineage`: the
+    forks it descends through, oldest first); no weights loaded."""
+    from ..gan.checkpoints import lineage, load_checkpoint
 
     meta, _ = load_checkpoint(path)
     hist = meta["history"]
     return {"path": str(path), "epoch": meta["epoch"], "workers": meta.get("workers", 1),
             "showers_seen": hist[-1]["showers_seen"] if hist else 0,
             "precision": hist[-1].get("precision") if hist else None, "history": hist,
-            "provenance": meta.get("provenance"), "fork": meta.get("fork")}
+            "provenance": meta.get("provenance"), "fork": meta.get("fork"),
+            "forks": lineage(meta.get("fork"))}
 
 
 def _discriminate(disc, s: Showers, limit: int = 200) -> dict[str, np.ndarray]:

@@ -12,7 +12,9 @@ each goal quantity of a physics-grade generator that the training history record
   goal <= 1.
 
 The model, fitted by least squares to the epochs from :data:`WINDOW` of the showers seen on
-(the later half; a fork's parent's epochs count: they are its trajectory too): the deviations
+(the later half; a fork's parent's epochs count: they are its trajectory too) and at the newest
+epoch's learning rate (:func:`at_current_lr`: a lowered learning rate starts a trend of its own,
+so a fit across the change would mix two): the deviations
 fall as a power of the showers seen, ``log y = a + b log S``; the targets met rise linearly in
 ``log S``. Where the line reaches the goal is the estimate. Its 90 % interval comes from a
 moving-block bootstrap over the epochs (blocks of :data:`BLOCK` epochs, since neighbouring epochs
@@ -26,6 +28,7 @@ left out.
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import numpy as np
@@ -33,7 +36,7 @@ import numpy as np
 from .monitors import MONITOR_ENERGIES, TARGETS
 
 __all__ = ["GOAL_TARGETS", "RESOLUTION_RATIO", "WINDOW", "BLOCK", "HORIZON", "series", "estimate",
-           "showers_to_goal", "need", "table"]
+           "lr_changes", "at_current_lr", "showers_to_goal", "need", "table"]
 
 GOAL_TARGETS = 18  # of 20 (energy, target) pairs
 RESOLUTION_RATIO = 1.5  # the generator's energy resolution over the reference's, every energy
@@ -107,11 +110,27 @@ def estimate(showers: np.ndarray, values: np.ndarray, *, goal: float, rising: bo
     return out
 
 
+def lr_changes(rows: Sequence[dict]) -> list[tuple[dict, dict]]:
+    """(the last epoch at the old rate, the first at the new) for each change of ``lr`` in a
+    run's history ``rows`` (a fork's lr x N, a later fork that lowered it, a warm-up's ramp)."""
+    rows = [r for r in rows if r.get("lr") is not None]
+    return [(a, b) for a, b in zip(rows, rows[1:])
+            if not math.isclose(a["lr"], b["lr"], rel_tol=1e-9)]
+
+
+def at_current_lr(rows: Sequence[dict]) -> list[dict]:
+    """The newest epochs of ``rows`` trained at the newest epoch's learning rate: all of them
+    for a run at one rate, those since the last change (:func:`lr_changes`) for the others."""
+    rows, changes = list(rows), lr_changes(rows)
+    return rows[next(i for i, r in enumerate(rows) if r is changes[-1][1]):] if changes else rows
+
+
 def showers_to_goal(rows: Sequence[dict], energies: Sequence[float] = MONITOR_ENERGIES,
                     **kwargs) -> dict[str, dict]:
-    """:func:`estimate` for every goal quantity of :func:`series` of a run's history ``rows``."""
+    """:func:`estimate` for every goal quantity of :func:`series` of a run's history ``rows``,
+    from the epochs at its current learning rate (:func:`at_current_lr`)."""
     out = {}
-    for name, (s, v) in series(rows, energies).items():
+    for name, (s, v) in series(at_current_lr(rows), energies).items():
         if name == "targets_met":
             out[name] = estimate(s, v, goal=GOAL_TARGETS, rising=True, log_values=False,
                                  **kwargs)
