@@ -39,7 +39,7 @@ def test_the_committed_page_is_current():
 
 
 def test_each_sessions_row_is_the_median_and_range_of_its_epochs_rates():
-    hist = longruns.histories(ROOT)
+    hist = {run: r.history for run, r in longruns.runs(ROOT).items()}
     rows = _session_rows(PAGE.read_text())
     assert rows
     for line in rows:

@@ -40,7 +40,7 @@ import platform
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from . import claims, console, figure_index
 from .config import Config, resolve, to_dict
@@ -111,34 +111,37 @@ def step_parameters(step: Step, cfg: Config, overrides: Mapping[str, Any], resul
     return params
 
 
-def _code_hash() -> str:
-    """Hash of the package's code and data files: a change of code redoes every step."""
-    root = Path(__file__).resolve().parent
+def _tree_hash(root: Path, keep: Callable[[Path], bool] = lambda p: True) -> str:
+    """Hash of the names (relative to ``root``) and bytes of the files under ``root`` that
+    ``keep`` accepts, in sorted order; a missing ``root`` hashes as empty."""
     h = hashlib.sha256()
-    for p in sorted(root.rglob("*")):
-        if p.is_file() and p.suffix in {".py", ".yaml", ".mplstyle", ".json"} and "__pycache__" not in p.parts:
+    for p in sorted(root.rglob("*")) if root.is_dir() else []:
+        if p.is_file() and keep(p):
             h.update(str(p.relative_to(root)).encode())
             h.update(p.read_bytes())
     return h.hexdigest()
 
 
+def _code_hash() -> str:
+    """Hash of the package's code and data files: a change of code redoes every step."""
+    return _tree_hash(Path(__file__).resolve().parent, lambda p: p.suffix in {
+        ".py", ".yaml", ".mplstyle", ".json"} and "__pycache__" not in p.parts)
+
+
 def _studies_hash(studies: Path) -> str:
-    """Hash of every file under ``studies`` (names and bytes): a study or checkpoint committed
-    there redoes the notebooks that read it (:attr:`Step.studies`)."""
-    h = hashlib.sha256()
-    for p in sorted(studies.rglob("*")) if studies.is_dir() else []:
-        if p.is_file():
-            h.update(str(p.relative_to(studies)).encode())
-            h.update(p.read_bytes())
-    return h.hexdigest()
+    """Hash of every file under ``studies``: a study or checkpoint committed there redoes the
+    notebooks that read it (:attr:`Step.studies`)."""
+    return _tree_hash(studies)
 
 
-def _key(notebook: Path, params: Mapping[str, Any], code: str, previous: str) -> str:
+def _key(notebook: Path, params: Mapping[str, Any], code: str, studies: str, previous: str) -> str:
+    """A step's key: its notebook, parameters, the code, the studies it reads ("" for a step
+    that reads none) and the previous step's key ("" unless chained)."""
     h = hashlib.sha256()
     h.update(notebook.read_bytes() if notebook.is_file() else b"")  # missing: NotebookFailed
     h.update(json.dumps(params, sort_keys=True, default=str).encode())
-    h.update(code.encode())
-    h.update(previous.encode())
+    for part in (code, studies, previous):
+        h.update(part.encode())
     return h.hexdigest()[:20]
 
 
@@ -281,8 +284,8 @@ def reproduce(profile: str = "quick", overrides: Mapping[str, Any] | None = None
     for i, step in enumerate(STEPS):
         staging = run.results / step.name / "figures_staging"
         params = step_parameters(step, cfg, overrides, run.results, staging)
-        key = _key(run.notebooks / step.notebook, params,
-                   code + (studies if step.studies else ""), previous if step.chained else "")
+        key = _key(run.notebooks / step.notebook, params, code, studies if step.studies else "",
+                   previous if step.chained else "")
         previous = key
         if step in selected:
             records.append(run.step(f"[{i + 1}/{len(STEPS)}]", step, params, key, staging))

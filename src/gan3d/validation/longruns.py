@@ -37,7 +37,7 @@ from ..exceptions import PageBlockError, StudyFileError
 from ..paths import repo_root
 
 __all__ = ["RUNS", "BUDGET", "SESSIONS_BEGIN", "SESSIONS_END", "STANDING_BEGIN", "STANDING_END",
-           "MARKERS", "Run", "runs", "histories", "sessions_block", "sessions_table",
+           "MARKERS", "Run", "runs", "sessions_block", "sessions_table",
            "standing_block", "render", "check", "main"]
 
 RUNS = {"1 worker": "studies/long-1w-bf16", "2 workers": "studies/long-2w-bf16"}
@@ -79,11 +79,6 @@ def runs(root: Path) -> dict[str, Run]:
                                  "the long run's own checkpoint there")
         out[run] = Run(record["history"], int(fork))
     return out
-
-
-def histories(root: Path) -> dict[str, list[dict]]:
-    """Each run's history (one row per epoch), read from its newest committed checkpoint."""
-    return {run: r.history for run, r in runs(root).items()}
 
 
 def _epochs(history: list[dict], first: int, last: int) -> list[dict]:
