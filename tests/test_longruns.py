@@ -73,6 +73,9 @@ def test_the_standing_table_says_where_each_committed_checkpoint_is():
         epoch_s = statistics.median(r["time_epoch_s"] for r in history if first < r["epoch"] <= end)
         left = (longruns.BUDGET - history[-1]["showers_seen"]) / per_epoch
         assert float(rows[run][4]) == pytest.approx(left * epoch_s / 3600, abs=0.05)
+        met = [r["mon_targets_met"] for r in history[-longruns.LAST:]]
+        assert rows[run][5] == (f"{min(met)} of 20" if min(met) == max(met)
+                                else f"{min(met)}-{max(met)} of 20")
 
 
 def test_a_number_edited_by_hand_is_reported_and_render_puts_it_back(page):

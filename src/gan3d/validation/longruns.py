@@ -155,10 +155,11 @@ def standing_block(found: dict[str, Run], sessions: str) -> str:
         per_epoch = now["showers_seen"] - history[-2]["showers_seen"]  # the run's own epochs
         left = max(BUDGET - now["showers_seen"], 0) / per_epoch
         hours = left * _last_session_epoch_s(sessions, run, history) / 3600
-        met = [int(r["mon_targets_met"]) for r in history[-LAST:]]
+        met = sorted(int(r["mon_targets_met"]) for r in history[-LAST:])
+        span = f"{met[0]}" if met[0] == met[-1] else f"{met[0]}-{met[-1]}"
         goal = trend.showers_to_goal(history)
         lines.append(f"| {run} | {now['epoch']} | {now['showers_seen']:,} | {own:.2f} | "
-                     f"{hours:.1f} | {min(met)}-{max(met)} of 20 | "
+                     f"{hours:.1f} | {span} of 20 | "
                      f"{_rounded(trend.need(goal['targets_met'], 'targets_met'))} | "
                      f"{_rounded(trend.need(goal['resolution'], 'resolution'))} |")
     return "\n".join(lines)
