@@ -216,11 +216,10 @@ def long_pair(ev: Evidence) -> Outcome:
             f"{two['showers_seen']:,}): `studies/README.md` says how each resumes"),
             numbers=numbers)
     if not one.get("goal_met"):
+        planned = f"the long runs go on to {budget:,}; " if budget else ""
         return Outcome("inconclusive", "measured", value, rule, needs=(
-            "a 1-worker generator of physics grade: more showers of training (the long runs "
-            f"go on to {budget:,}; `studies/README.md`)" if budget else "a 1-worker generator "
-            "of physics grade: more showers of training (`studies/README.md`)") + _trend(one),
-            numbers=numbers)
+            "a 1-worker generator of physics grade: more showers of training "
+            f"({planned}`studies/README.md`)" + _trend(one)), numbers=numbers)
     margin = MARGINS["mon_targets_met"][0]
     ok = (two["targets_met"] >= one["targets_met"] - margin
           and two["worst_resolution_ratio"] <= GOAL["worst_resolution_ratio"]

@@ -122,7 +122,7 @@ def at_current_lr(rows: Sequence[dict]) -> list[dict]:
     """The newest epochs of ``rows`` trained at the newest epoch's learning rate: all of them
     for a run at one rate, those since the last change (:func:`lr_changes`) for the others."""
     rows, changes = list(rows), lr_changes(rows)
-    return rows[next(i for i, r in enumerate(rows) if r is changes[-1][1]):] if changes else rows
+    return rows[rows.index(changes[-1][1]):] if changes else rows
 
 
 def showers_to_goal(rows: Sequence[dict], energies: Sequence[float] = MONITOR_ENERGIES,
