@@ -43,3 +43,12 @@ def test_unknown_notebook_for_reproduce_lists_the_choices():
 def test_validate_names_a_folder_without_generator(tmp_path):
     res = gan3d("validate", str(tmp_path / "nowhere"))
     assert res.returncode == 2 and "nowhere" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_export_names_a_source_that_is_not_there_or_holds_no_generator(tmp_path):
+    res = gan3d("export", str(tmp_path / "nowhere"), str(tmp_path / "out"))
+    assert res.returncode == 2 and "nowhere: no such training folder or checkpoint" in res.stderr
+    (tmp_path / "empty").mkdir()
+    res = gan3d("export", str(tmp_path / "empty"), str(tmp_path / "out"))
+    assert res.returncode == 2 and "no generator.keras and no checkpoint" in res.stderr
+    assert "Traceback" not in res.stderr and not (tmp_path / "out").exists()  # nothing half-written

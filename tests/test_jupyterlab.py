@@ -23,7 +23,7 @@ import psutil
 import pytest
 
 from gan3d import runtime
-from gan3d.cli import lab_command
+from gan3d.lab import lab_command
 
 from conftest import NOTEBOOKS, ROOT
 

@@ -153,3 +153,59 @@ def test_the_sessions_chain_from_each_runs_recorded_fork():
     moved = {run: r._replace(fork=r.fork - 1) for run, r in found.items()}
     with pytest.raises(StudyFileError, match="must chain"):
         longruns.sessions_block(block, moved)
+
+
+SHIPPED = {"1 worker": "long-1w", "2 workers": "long-2w"}  # gan3d.gan.reference.SHIPPED's names
+
+
+def _pair():
+    """(run, shipped name, the run's newest committed checkpoint) of each long run."""
+    from gan3d.validation.study import newest_checkpoint
+
+    return [(run, SHIPPED[run], newest_checkpoint(ROOT / folder))
+            for run, folder in longruns.RUNS.items()]
+
+
+def test_the_shipped_pair_is_each_long_runs_newest_committed_checkpoint_as_weights_only():
+    import hashlib
+
+    from gan3d.gan import reference
+    from gan3d.validation.study import checkpoint_record, generator_record
+
+    for run, name, ckpt in _pair():
+        folder = reference.SHIPPED[name]
+        assert sum(f.stat().st_size for f in folder.iterdir()) <= 5e6  # weights only, float32
+        rec, ck = generator_record(name), checkpoint_record(ckpt)
+        again = f"re-export it: gan3d export {ckpt.relative_to(ROOT)} src/gan3d/gan/reference/{name}"
+        assert rec["exported_from"] == {
+            "checkpoint": str(ckpt.relative_to(ROOT)),
+            "sha256": hashlib.sha256(ckpt.read_bytes()).hexdigest()}, again
+        assert rec["workers"] == ck["workers"] == int(run.split()[0])
+        assert (rec["epoch"], rec["showers_seen"], rec["precision"]) == \
+            (ck["epoch"], ck["showers_seen"], ck["precision"])
+        # its learning curve is the run's whole history, the monitors and rates of every epoch
+        assert [r["epoch"] for r in rec["history"]] == [r["epoch"] for r in ck["history"]]
+        for key in ("mon_targets_met", "lr", "showers_per_s", "time_epoch_s"):
+            assert [r.get(key) for r in rec["history"]] == [r.get(key) for r in ck["history"]]
+        # its provenance is the training's, and the forks it descends through, oldest first
+        assert rec["provenance"] == ck["provenance"] and rec["provenance"]["clean"] is True
+        assert [(f["epoch"], f["changed"]) for f in rec["forks"]] == \
+            [(f["epoch"], f["changed"]) for f in ck["forks"]]
+        assert rec["forks"][0]["from"] == "studies/warm-start/epoch-0026.npz"
+        assert '"/' not in (folder / "reference.json").read_text()  # no folder of a machine
+
+
+@pytest.mark.slow
+def test_the_shipped_pair_simulates_the_showers_of_the_committed_checkpoints():
+    import numpy as np
+
+    from gan3d.gan.model import generate_showers
+    from gan3d.gan.reference import networks_from_checkpoint
+    from gan3d.validation.study import load_networks
+
+    e = np.array([50.0, 400.0])
+    for _, name, ckpt in _pair():
+        (gen, disc), (ck_gen, ck_disc) = load_networks(name), networks_from_checkpoint(ckpt)
+        assert np.array_equal(generate_showers(gen, e, seed=5), generate_showers(ck_gen, e, seed=5))
+        for a, b in zip(disc.weights, ck_disc.weights, strict=True):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

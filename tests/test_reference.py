@@ -59,3 +59,38 @@ def test_export_then_load_gives_the_same_networks(tmp_path):
     assert len(first["learning_curve"]) == 2
     with pytest.raises(CheckpointError, match="no generator.keras and no checkpoint"):
         reference.export(tmp_path / "data", folder)
+    # a checkpoint file itself: its run is its folder's; the checkpoint is named (with its sha256)
+    # without the folders of this machine, and the folder it wrote serves by path wherever a
+    # training folder is taken: the same networks as the checkpoint's
+    import hashlib
+    import json
+
+    from gan3d.validation import study
+
+    ckpt = tmp_path / "run" / "checkpoints" / "epoch-0002.npz"
+    meta = reference.export(ckpt, tmp_path / "exported", monitor_showers=16)
+    assert meta["source"] == {"checkpoint": "epoch-0002.npz",
+                              "sha256": hashlib.sha256(ckpt.read_bytes()).hexdigest()}
+    assert meta["forks"] == [] and meta["fork"] is None and meta["workers"] == 1
+    assert str(tmp_path) not in (tmp_path / "exported" / "reference.json").read_text()
+    assert reference.folder_of(tmp_path / "exported") == tmp_path / "exported"
+    assert reference.folder_of(tmp_path / "run") is None  # a training folder is not an export
+    rec = study.generator_record(tmp_path / "exported")
+    assert rec["exported_from"] == meta["source"] and rec["showers_seen"] == 8
+    assert [r["epoch"] for r in rec["history"]] == [1, 2]
+    assert rec["history"][-1]["lr"] == study.checkpoint_record(ckpt)["history"][-1]["lr"]
+    gen, _ = study.load_networks(tmp_path / "exported")
+    ck_gen, _ = reference.networks_from_checkpoint(ckpt)
+    assert np.array_equal(generate_showers(gen, e, seed=3), generate_showers(ck_gen, e, seed=3))
+    assert json.loads((tmp_path / "exported" / "reference.json").read_text())["epoch"] == 2
+
+
+def test_a_shipped_name_or_an_exported_folder_is_found_and_anything_else_is_not(tmp_path):
+    assert reference.folder_of("reference") == reference.FOLDER
+    assert reference.folder_of("long-1w") == reference.SHIPPED["long-1w"]
+    assert reference.folder_of("long-3w") is None and reference.folder_of(tmp_path) is None
+    for name in ("generator.weights.h5", "discriminator.weights.h5"):  # one file short: not one
+        (tmp_path / name).write_bytes(b"")
+    assert reference.folder_of(tmp_path) is None
+    (tmp_path / "reference.json").write_text("{}")
+    assert reference.folder_of(tmp_path) == tmp_path

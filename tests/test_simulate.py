@@ -90,3 +90,21 @@ def test_the_shipped_reference_generator_simulates_by_name(tmp_path):
     frac = ecal[energy == 400].sum(axis=(1, 2, 3)).mean() / 400
     assert 0.5 < frac / reference.info()["final_monitors"]["per_energy"]["400"][
         "sampling_fraction"]["reference"] < 2
+
+
+def test_the_shipped_pair_simulates_by_name_and_says_what_it_was_trained_on(tmp_path):
+    from gan3d.gan import reference
+
+    path = simulate._generator_file("long-2w")
+    assert path == reference.SHIPPED["long-2w"] / "generator.weights.h5"
+    lo, hi, where = simulate.trained_energies(path)  # its reference.json, not a default
+    data = reference.info(path.parent)["config"]["data"]
+    assert where == str(path.parent / "reference.json")
+    assert (lo, hi) == (max(data["energy_min"], 10.0), min(data["energy_max"], 500.0))
+    out = simulate.simulate("long-1w", 4, tmp_path / "pair.h5", energies="100", batch=4,
+                            precision="float32", progress=False)
+    with h5py.File(out["output"]) as f:
+        assert f.attrs["generator"].endswith("long-1w/generator.weights.h5")
+        assert '"forks"' in f.attrs["generator_config"]
+        ecal = f["ECAL"][:]
+    assert ecal.shape == (4, 25, 25, 25) and 0.01 < ecal.sum(axis=(1, 2, 3)).mean() / 100 < 0.2

@@ -29,10 +29,9 @@ from . import __version__
 from .config import PROFILES, parse_overrides, resolve
 from .exceptions import Gan3dError
 from .parallel.launch import guard, in_mpi_job, launch
-from .paths import repo_root
 from .runtime import apply_process_defaults
 
-__all__ = ["main", "build_parser", "lab_command"]
+__all__ = ["main", "build_parser"]
 
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
@@ -62,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     _study_parser(sub)
     _warm_parser(sub)
     _simulate_parser(sub)
+    _export_parser(sub)
     rep = sub.add_parser("reproduce", help="run every notebook and regenerate every figure")
     _add_config_args(rep)
     rep.add_argument("--force", action="store_true", help="redo every step, even if up to date")
@@ -118,7 +118,7 @@ def _scale_parser(sub) -> None:
 def _validate_parser(sub) -> None:
     val = sub.add_parser("validate", help="compare trained generators with reference showers")
     _add_config_args(val)
-    val.add_argument("checkpoints", nargs="+", help="training output folders (with generator.keras), or `reference`: the shipped reference generator")
+    val.add_argument("checkpoints", nargs="+", help="training output folders (with generator.keras), folders `gan3d export` wrote, or a shipped generator's name: `reference`, `long-1w`, `long-2w`")
     val.add_argument("--labels", help="comma-separated names, one per folder (default: folder names)")
     val.add_argument("--no-low-level", action="store_true", help="skip the voxel-level classifier")
     val.add_argument("--output", help="validation.output folder")
@@ -128,8 +128,9 @@ def _simulate_parser(sub) -> None:
     sim = sub.add_parser("simulate", help="generate showers with a trained generator, written in "
                          "the CLIC HDF5 schema")
     sim.add_argument("--generator", required=True,
-                     help="a training output folder (with generator.keras), a .keras file, or "
-                          "`reference`: the reference generator shipped with the package")
+                     help="a training output folder (with generator.keras), a .keras file, a "
+                          "folder `gan3d export` wrote, or a shipped generator's name: "
+                          "`reference`, `long-1w`, `long-2w`")
     sim.add_argument("--n", type=int, required=True, help="number of showers")
     sim.add_argument("--energies", default="10:500",
                      help="primary energies in GeV: LO:HI (uniform) or a list 50,100,200")
@@ -141,6 +142,19 @@ def _simulate_parser(sub) -> None:
     sim.add_argument("--strict", action="store_true",
                      help="refuse energies outside those the generator was trained on "
                           "(default: simulate them with a warning naming its range)")
+
+
+def _export_parser(sub) -> None:
+    ex = sub.add_parser("export", help="ship a trained generator as weights only (float32, "
+                        "~3.9 MB) with its learning curve and provenance")
+    ex.add_argument("source", help="a training output folder, or one of its checkpoints "
+                                   "(epoch-NNNN.npz)")
+    ex.add_argument("folder", help="the folder to write (generator.weights.h5, "
+                                   "discriminator.weights.h5, reference.json); pass it later "
+                                   "where a training folder is expected")
+    ex.add_argument("--note", default="", help="a line on what it is, kept in reference.json")
+    ex.add_argument("--monitor-showers", type=int, default=256,
+                    help="showers per monitor energy of its final monitors")
 
 
 def _study_parser(sub) -> None:
@@ -229,6 +243,19 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
     simulate(args.generator, args.n, args.output, energies=args.energies, batch=args.batch,
              seed=args.seed, precision=args.precision, strict=args.strict)
+    return 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from .gan import reference  # imports TensorFlow
+
+    if not Path(args.source).exists():
+        raise Gan3dError(f"{args.source}: no such training folder or checkpoint")
+    meta = reference.export(args.source, Path(args.folder), note=args.note,
+                            monitor_showers=args.monitor_showers)
+    print(f"{args.folder}: epoch {meta['epoch']} ({meta['showers_seen']:,} showers), "
+          f"{meta['final_monitors']['targets_met']} of {meta['final_monitors']['targets']} targets at "
+          f"{args.monitor_showers} showers per energy")
     return 0
 
 
@@ -345,41 +372,9 @@ def _bounded_interrupt(command: str, running: dict, grace: float = 30.0) -> None
         signal.signal(signal.SIGINT, on_sigint)
 
 
-# JupyterLab's settings for gan3d, as overrides of its defaults (a user's own settings still win):
-# no news feed and no update check - both would fetch from the internet, which offline machines
-# and clusters' compute nodes cannot reach, and the news question's toast covers the notebook.
-LAB_SETTINGS = {"@jupyterlab/apputils-extension:notification": {"fetchNews": "false",
-                                                                "checkForUpdates": False}}
-
-
-def lab_settings() -> Path:
-    """Install :data:`LAB_SETTINGS` into the environment's JupyterLab (``overrides.d/gan3d.json``
-    of its application settings, atomically); returns the file."""
-    from jupyterlab.commands import get_app_dir
-
-    from .io import ensure_dir, read_json, write_json
-
-    path = ensure_dir(Path(get_app_dir()) / "settings" / "overrides.d") / "gan3d.json"
-    if not path.is_file() or read_json(path) != LAB_SETTINGS:
-        write_json(path, LAB_SETTINGS)
-    return path
-
-
-def lab_command(extra: Sequence[str] = ()) -> list[str]:
-    """The JupyterLab command of ``gan3d lab``: notebooks/, the gan3d kernel by default, the
-    settings of :func:`lab_settings`, and ``--allow-root`` when run as root (containers, CI),
-    which JupyterLab otherwise refuses."""
-    lab_settings()
-    cmd = [sys.executable, "-m", "jupyterlab", "--notebook-dir", str(repo_root() / "notebooks"),
-           "--MappingKernelManager.default_kernel_name=gan3d", *extra]
-    if os.geteuid() == 0 and "--allow-root" not in extra:
-        print("gan3d lab: running as root, so JupyterLab is started with --allow-root",
-              file=sys.stderr)
-        cmd.append("--allow-root")
-    return cmd
-
-
 def _cmd_lab(args: argparse.Namespace) -> int:
+    from .lab import lab_command
+
     apply_process_defaults()
     cmd = lab_command(args.lab_args)
     os.execv(cmd[0], cmd)
@@ -394,7 +389,8 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
 COMMANDS = {"doctor": _cmd_doctor, "data": _cmd_data, "train": _cmd_train, "scale": _cmd_scale,
             "validate": _cmd_validate, "study": _cmd_study, "warm-start": _cmd_warm,
-            "simulate": _cmd_simulate, "reproduce": _cmd_reproduce, "lab": _cmd_lab}
+            "simulate": _cmd_simulate, "export": _cmd_export, "reproduce": _cmd_reproduce,
+            "lab": _cmd_lab}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -8,11 +8,20 @@ provenance, showers seen), its learning curve (the physics monitors of every epo
 with the package, so notebooks 02 and 04, ``gan3d validate reference`` and
 ``gan3d simulate --generator reference`` can use it without training anything.
 
-:func:`export` makes it from a training output folder.
+Beside it, in folders of the same form, the package ships the long runs' pair
+(:data:`SHIPPED`: ``long-1w``, ``long-2w``): the 1-worker and the 2-worker generator of
+``studies/long-*-bf16/``, exported from their newest committed checkpoints, so notebook 04 and
+``gan3d validate long-1w long-2w`` validate the pair without the 9 MB training checkpoints.
+Their ``reference.json`` also names the checkpoint they came from (its sha256) and the forks
+the run descends through.
+
+:func:`export` (``gan3d export``) makes such a folder from a training output folder or one of its
+checkpoints; any folder it wrote can be passed where a training folder is expected.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from importlib import resources
 from pathlib import Path
@@ -20,20 +29,35 @@ from typing import Sequence
 
 import numpy as np
 
+from .. import console
 from ..exceptions import CheckpointError
 from ..io import atomic_path, write_json
 from ..validation import monitors
 from .history import read_history
 
-__all__ = ["NAME", "FOLDER", "available", "info", "label", "load", "export", "portable"]
+log = console.get_logger(__name__)
+
+__all__ = ["NAME", "FOLDER", "SHIPPED", "available", "folder_of", "info", "label", "load",
+           "record", "networks_from_checkpoint", "export", "portable"]
 
 NAME = "reference"  # what users pass where a training folder is expected
 FOLDER = Path(str(resources.files("gan3d.gan").joinpath("reference")))
+# The generators shipped with the package, by the name users pass: the reference generator and
+# the long runs' pair (studies/long-1w-bf16, studies/long-2w-bf16).
+SHIPPED = {NAME: FOLDER, "long-1w": FOLDER / "long-1w", "long-2w": FOLDER / "long-2w"}
 _G, _D, _INFO = "generator.weights.h5", "discriminator.weights.h5", "reference.json"
 
 
 def available(folder: Path = FOLDER) -> bool:
-    return all((folder / f).is_file() for f in (_G, _D, _INFO))
+    return all((Path(folder) / f).is_file() for f in (_G, _D, _INFO))
+
+
+def folder_of(where) -> Path | None:
+    """The folder of exported weights ``where`` names: a shipped generator's name
+    (:data:`SHIPPED`) or a folder :func:`export` wrote; None for anything else (a training
+    output folder, a checkpoint)."""
+    folder = SHIPPED.get(str(where), Path(where))
+    return folder if available(folder) else None
 
 
 def _check(folder: Path) -> None:
@@ -53,6 +77,21 @@ def label(folder: Path = FOLDER) -> str:
     return f"reference generator ({info(folder)['showers_seen']:,} showers of training)"
 
 
+def record(folder: Path = FOLDER) -> dict:
+    """What an exported generator says of its run, in the form of
+    :func:`gan3d.validation.study.checkpoint_record` (epoch, workers, showers seen, precision,
+    the learning curve up to the shipped epoch as ``history``, provenance, ``fork``, ``forks``),
+    and ``exported_from``: the checkpoint it was exported from, with its sha256."""
+    meta = info(folder)
+    curve = meta["learning_curve"]
+    return {"path": str(folder), "epoch": meta["epoch"], "workers": meta.get("workers", 1),
+            "showers_seen": meta["showers_seen"], "precision": meta.get("precision"),
+            "history": curve[:next((i + 1 for i, r in enumerate(curve)
+                                    if r.get("epoch") == meta["epoch"]), len(curve))],
+            "provenance": meta.get("provenance"), "fork": meta.get("fork"),
+            "forks": meta.get("forks", []), "exported_from": meta.get("source")}
+
+
 def load(folder: Path = FOLDER, *, discriminator: bool = False):
     """The shipped generator (and, with ``discriminator=True``, ``(generator, discriminator)``)."""
     from .model import build_discriminator, build_generator
@@ -67,46 +106,68 @@ def load(folder: Path = FOLDER, *, discriminator: bool = False):
     return gen, disc
 
 
+def networks_from_checkpoint(path) -> tuple[object, object]:
+    """G and D (float32) with the weights and BatchNorm statistics of a training checkpoint
+    (:mod:`gan3d.gan.checkpoints`: G's variables, then D's, then the optimisers'), shapes
+    checked, without building the training step."""
+    from . import model  # imports TensorFlow
+    from .checkpoints import load_checkpoint
+    from .losses import is_seed
+
+    meta, arrays = load_checkpoint(path)
+    g, d = model.build_generator(), model.build_discriminator()
+    variables = [v for net in (g, d) for v in net.variables if not is_seed(v)]
+    if len(arrays) < len(variables):
+        raise CheckpointError(f"checkpoint {path} holds {len(arrays)} variables, fewer than the "
+                              f"3DGAN's {len(variables)}: it was written by another model")
+    for v, (name, shape, _), a in zip(variables, meta["variables"], arrays):
+        if tuple(shape) != tuple(v.shape):
+            raise CheckpointError(f"checkpoint {path}: variable {name} has shape {tuple(shape)}, "
+                                  f"the 3DGAN's {v.path} has {tuple(v.shape)}")
+        v.assign(a)
+    return g, d
+
+
 def _networks(run: Path, checkpoint: Path | None = None):
     """(generator, discriminator, history rows, config, provenance) of a finished run, or of the
     newest checkpoint of a run still training (or stopped), or of the given ``checkpoint``."""
-    from ..config import from_dict
     from . import checkpoints
     from .model import load_discriminator, load_generator
-    from .training import build_step
 
-    if checkpoint is not None:
-        meta, arrays = checkpoints.load_checkpoint(checkpoint)
-        step = build_step(from_dict(meta["config"]))
-        checkpoints.restore_variables(step.state_variables(), meta, arrays, checkpoint)
-        return step.g, step.d, meta["history"], meta["config"], meta["provenance"]
-    if (run / "generator.keras").is_file() and (run / "discriminator.keras").is_file():
+    if checkpoint is None and (run / "generator.keras").is_file() \
+            and (run / "discriminator.keras").is_file():
         written = json.loads((run / "config.json").read_text())
         return (load_generator(run / "generator.keras"),
                 load_discriminator(run / "discriminator.keras"), read_history(run),
-                written.get("config"), written.get("provenance"))
-    found = checkpoints.load_latest(run / "checkpoints")
-    if found is None:
-        raise CheckpointError(f"{run} has no generator.keras and no checkpoint: export a "
-                              "training run (finished, or with at least one epoch done)")
-    path, meta, arrays = found
-    step = build_step(from_dict(meta["config"]))
-    checkpoints.restore_variables(step.state_variables(), meta, arrays, path)
-    return step.g, step.d, meta["history"], meta["config"], meta["provenance"]
+                written.get("config"), written.get("provenance"), None)
+    if checkpoint is None:
+        found = checkpoints.load_latest(run / "checkpoints", warn=log.warning)
+        if found is None:
+            raise CheckpointError(f"{run} has no generator.keras and no checkpoint: export a "
+                                  "training run (finished, or with at least one epoch done)")
+        checkpoint = found[0]
+    meta, _ = checkpoints.load_checkpoint(checkpoint)
+    gen, disc = networks_from_checkpoint(checkpoint)  # float32, whatever it trained in
+    return gen, disc, meta["history"], meta["config"], meta["provenance"], (checkpoint, meta)
 
 
 def export(run: str | Path, folder: Path = FOLDER, *, note: str = "",
            monitor_showers: int = 256, checkpoint: str | Path | None = None) -> dict:
-    """Ship the networks of the training output folder ``run`` as the reference generator: its
-    ``generator.keras`` and ``discriminator.keras`` when it finished, else its newest
-    checkpoint, or the epoch ``checkpoint`` (e.g. the one whose monitors were best: GAN
-    training wanders). The final monitors are measured again on ``monitor_showers`` showers per
-    energy; the learning curve is the run's whole history (``history.jsonl`` when it is there:
-    the monitors it recorded every epoch), ``epoch`` says which epoch was shipped."""
+    """Ship the networks of the training output folder ``run`` (weights only, float32) into
+    ``folder``: its ``generator.keras`` and ``discriminator.keras`` when it finished, else its
+    newest checkpoint, or the epoch ``checkpoint`` (e.g. the one whose monitors were best: GAN
+    training wanders); ``run`` may be a checkpoint file itself. The final monitors are measured
+    again on ``monitor_showers`` showers per energy; the learning curve is the run's whole
+    history (``history.jsonl`` when it is there: the monitors it recorded every epoch),
+    ``epoch`` says which epoch was shipped. From a checkpoint, ``source`` names it (with its
+    sha256) and ``forks`` the forks its run descends through (:func:`~.checkpoints.lineage`)."""
+    from .checkpoints import lineage
     from .model import generate_showers
 
     run = Path(run)
-    gen, disc, rows, run_config, run_provenance = _networks(
+    if checkpoint is None and run.is_file():
+        run, checkpoint = run.parent, run
+    gen, disc, rows, run_config, run_provenance, ckpt = _networks(
         run, Path(checkpoint) if checkpoint else None)
     if not rows or "showers_seen" not in rows[-1]:
         raise CheckpointError(f"{run}: its history has no showers_seen (made by gan3d < 0.3)")
@@ -119,17 +180,45 @@ def export(run: str | Path, folder: Path = FOLDER, *, note: str = "",
                              n_reference=n)
     curve = [{k: v for k, v in r.items() if k.startswith("mon_") or k in _CURVE_KEYS} for r in rows]
     meta = {"showers_seen": int(shipped["showers_seen"]), "epoch": int(shipped["epoch"]),
-            "epochs": len(rows),
+            "epochs": len(rows), "workers": int(shipped.get("workers") or 1),
+            "precision": shipped.get("precision"),
             "note": note, "config": portable(run_config), "provenance": run_provenance,
             "final_monitors": final,
             "targets": {name: {"kind": k, "tolerance": t} for name, (k, t) in monitors.TARGETS.items()},
             "showers_needed": monitors.showers_needed(curve, energies), "learning_curve": curve}
+    if ckpt is not None:
+        path, ck = ckpt
+        meta.update(workers=int(ck.get("workers", meta["workers"])),
+                    source={"checkpoint": _portable_path(path),
+                            "sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest()},
+                    fork=_portable_fork(ck.get("fork")),
+                    forks=[_portable_fork(f) for f in lineage(ck.get("fork"))])
     folder.mkdir(parents=True, exist_ok=True)
     for net, name in ((gen, _G), (disc, _D)):
         with atomic_path(folder / name, suffix=".weights.h5") as tmp:
             net.save_weights(tmp)
     write_json(folder / _INFO, meta)
     return meta
+
+
+def _portable_path(path) -> str:
+    """A file's path from its ``studies/`` or ``results/`` folder on, else its name: no folder of
+    the machine it was made on."""
+    parts = Path(path).parts
+    for under in ("studies", "results"):
+        if under in parts:
+            return "/".join(parts[len(parts) - parts[::-1].index(under) - 1:])
+    return Path(path).name
+
+
+def _portable_fork(fork: dict | None) -> dict | None:
+    """A fork record without its parent's (:func:`export` lists them in turn), its paths portable."""
+    if not fork:
+        return fork
+    out = {k: v for k, v in fork.items() if k != "parent_fork"}
+    out["from"] = _portable_path(out.get("from", ""))
+    out["config"] = portable(out.get("config"))
+    return out
 
 
 def portable(config: dict | None) -> dict | None:
@@ -145,4 +234,5 @@ def portable(config: dict | None) -> dict | None:
 
 
 _CURVE_KEYS: Sequence[str] = ("epoch", "showers_seen", "d_loss", "g_loss", "test_d_loss",
-                              "test_g_loss", "time_train_s", "showers_per_s")
+                              "test_g_loss", "time_train_s", "time_epoch_s", "showers_per_s",
+                              "lr", "batch_size", "workers", "precision")

@@ -73,8 +73,9 @@ def primary_energies(spec: str, n: int, seed: int = 0) -> np.ndarray:
 
 
 def _generator_file(path) -> Path:
-    if str(path) == reference.NAME:
-        return reference.FOLDER / "generator.weights.h5"
+    shipped = reference.folder_of(path)  # a shipped generator's name, or a folder it exported
+    if shipped is not None:
+        return shipped / "generator.weights.h5"
     path = Path(path)
     return path / "generator.keras" if path.is_dir() else path
 
@@ -83,13 +84,18 @@ def _network(path: Path, precision: str, fold: bool = True) -> keras.Model:
     """The generator at ``path`` for inference in ``precision``: its upsampling folded into the
     convolutions (:mod:`gan3d.gan.inference`, same showers, ~2.5x fewer FLOPs) unless ``fold``
     is False."""
-    net = reference.load() if path.parent == reference.FOLDER else load_generator(path)
+    net = reference.load(path.parent) if _exported(path) else load_generator(path)
     return inference_network(net, precision, fold=fold)
 
 
 def _record(path: Path) -> Path:
     """The file that says how the generator at ``path`` was trained (its run's configuration)."""
-    return path.parent / ("reference.json" if path.parent == reference.FOLDER else "config.json")
+    return path.parent / ("reference.json" if _exported(path) else "config.json")
+
+
+def _exported(path: Path) -> bool:
+    """Whether ``path`` is the generator of a folder :func:`gan3d.gan.reference.export` wrote."""
+    return path.name == "generator.weights.h5" and reference.available(path.parent)
 
 
 def trained_energies(path: Path) -> tuple[float, float, str]:
@@ -147,8 +153,9 @@ def simulate(generator, n: int, output, *, energies: str = "10:500", batch: int 
              fold: bool = True, strict: bool = False) -> dict:
     """Write ``n`` GAN showers for primary energies ``energies`` into ``output`` (atomically).
 
-    ``generator``: a training output folder (its ``generator.keras``), a ``.keras`` file, or
-    ``"reference"``: the reference generator shipped with the package (:mod:`gan3d.gan.reference`).
+    ``generator``: a training output folder (its ``generator.keras``), a ``.keras`` file, a
+    folder ``gan3d export`` wrote, or a shipped generator's name (``"reference"``,
+    ``"long-1w"``, ``"long-2w"``: :mod:`gan3d.gan.reference`).
     Returns the path, the precision used, and the speed: ``showers_per_s`` over the batches after
     the first (which traces and compiles) and ``seconds`` in all. ``fold=False`` runs the
     generator's own layers instead of the folded network (the same showers, slower).

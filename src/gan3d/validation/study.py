@@ -29,8 +29,8 @@ from . import metrics, physics
 
 __all__ = [
     "Showers", "Summary", "Validation", "bin_keys", "energy_sets", "reference_pair", "summarise",
-    "compare", "load_networks", "newest_checkpoint", "networks_from_checkpoint",
-    "checkpoint_record", "validate", "distortion_check", "headline", "metric_value",
+    "compare", "load_networks", "newest_checkpoint",
+    "checkpoint_record", "generator_record", "validate", "distortion_check", "headline", "metric_value",
     "metrics_table", "resolution_table",
 ]
 
@@ -166,17 +166,19 @@ def _fpd(hr: np.ndarray, hg: np.ndarray, seed: int) -> dict:
 
 
 def load_networks(folder) -> tuple[object, object | None]:
-    """The generator (required) and discriminator (if present) of a training output folder, or
-    of the reference generator shipped with the package (``"reference"``)."""
+    """The generator (required) and discriminator (if present) of a training output folder or
+    checkpoint, of a folder :func:`gan3d.gan.reference.export` wrote, or of a generator shipped
+    with the package by its name (:data:`gan3d.gan.reference.SHIPPED`)."""
     from ..gan import model, reference  # imports TensorFlow
 
-    if str(folder) == reference.NAME:
-        return reference.load(discriminator=True)
+    shipped = reference.folder_of(folder)
+    if shipped is not None:  # a shipped generator's name, or a folder `gan3d export` wrote
+        return reference.load(shipped, discriminator=True)
     folder = Path(folder)
     gen_path = folder / "generator.keras"
     found = newest_checkpoint(folder)
     if found is not None and not gen_path.is_file():
-        return networks_from_checkpoint(found)
+        return reference.networks_from_checkpoint(found)
     if not gen_path.is_file():
         raise CheckpointError(f"checkpoint folder {folder} has no generator.keras; train into it "
                               "first (`gan3d train`) or remove it from the list of checkpoints")
@@ -197,28 +199,6 @@ def newest_checkpoint(path) -> Path | None:
     return found[-1] if found else None
 
 
-def networks_from_checkpoint(path) -> tuple[object, object]:
-    """G and D (float32) with the weights and BatchNorm statistics of a training checkpoint
-    (:mod:`gan3d.gan.checkpoints`: G's variables, then D's, then the optimisers'), shapes
-    checked, without building the training step."""
-    from ..gan import model  # imports TensorFlow
-    from ..gan.checkpoints import load_checkpoint
-    from ..gan.losses import is_seed
-
-    meta, arrays = load_checkpoint(path)
-    g, d = model.build_generator(), model.build_discriminator()
-    variables = [v for net in (g, d) for v in net.variables if not is_seed(v)]
-    if len(arrays) < len(variables):
-        raise CheckpointError(f"checkpoint {path} holds {len(arrays)} variables, fewer than the "
-                              f"3DGAN's {len(variables)}: it was written by another model")
-    for v, (name, shape, _), a in zip(variables, meta["variables"], arrays):
-        if tuple(shape) != tuple(v.shape):
-            raise CheckpointError(f"checkpoint {path}: variable {name} has shape {tuple(shape)}, "
-                                  f"the 3DGAN's {v.path} has {tuple(v.shape)}")
-        v.assign(a)
-    return g, d
-
-
 def checkpoint_record(path) -> dict:
     """What a checkpoint says of its run: epoch, workers, showers seen, precision, the history,
     provenance, its fork record and ``forks`` (:func:`~gan3d.gan.checkpoints.lineage`: the
@@ -232,6 +212,20 @@ def checkpoint_record(path) -> dict:
             "precision": hist[-1].get("precision") if hist else None, "history": hist,
             "provenance": meta.get("provenance"), "fork": meta.get("fork"),
             "forks": lineage(meta.get("fork"))}
+
+
+def generator_record(where) -> dict | None:
+    """What a generator says of its run, without loading its weights: a shipped one's name or a
+    folder :func:`gan3d.gan.reference.export` wrote (:func:`gan3d.gan.reference.record`, with
+    ``exported_from``: the checkpoint and its sha256), else the newest checkpoint of a training
+    folder or a checkpoint file (:func:`checkpoint_record`); None if ``where`` is neither."""
+    from ..gan import reference
+
+    shipped = reference.folder_of(where)
+    if shipped is not None:
+        return reference.record(shipped)
+    found = newest_checkpoint(resolve_path(where))
+    return checkpoint_record(found) if found is not None else None
 
 
 def _discriminate(disc, s: Showers, limit: int = 200) -> dict[str, np.ndarray]:
