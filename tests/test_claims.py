@@ -322,6 +322,15 @@ def test_the_long_runs_claim_waits_for_equal_budgets_and_a_physics_grade_1_worke
         "not reproduced"
     row = verdict(run(1, 208_000, 18, 1.4, 4.0), run(2, 208_000, 18, 1.2, 6.0))
     assert row["verdict"] == "not reproduced" and "FPD 6" in row["value"]
+    # the targets met on other latent draws are reported beside the verdict, not in it
+    one, two = run(1, 208_000, 18, 1.4, 4.0), run(2, 208_000, 15, 1.4, 4.0)
+    one["targets_met_draws"], two["targets_met_draws"] = [18, 16, 17, 17], [15, 15, 17, 14]
+    row = verdict(one, two)
+    assert row["verdict"] == "not reproduced"
+    assert "on 4 latent draws: median 17, 16-18" in row["value"]
+    assert "on 4 latent draws: median 15, 14-17" in row["value"]
+    assert "paired over the 4 draws: median +2 targets (+0 to +3), more than the margin of 2 in 2" \
+        in row["value"], row["value"]
 
 
 def test_auto_trains_in_bfloat16_only_once_the_ledger_says_it_trains_like_float32(monkeypatch):

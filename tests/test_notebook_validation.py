@@ -66,7 +66,8 @@ def test_notebook_runs_and_writes_figures(run_notebook, tmp_path):
                  labels=["1 worker", "2 workers"], n_showers=24, energy_bins=[100.0],
                  low_level=False, check_showers=320, sensitivity_sizes=[40, 80],
                  sensitivity_trials=3, figures_dir=str(figures),
-                 results_dir=str(results), speed_file=str(speed), goal_showers=64)
+                 results_dir=str(results), speed_file=str(speed), goal_showers=64,
+                 goal_draws=2)
     assert {p.name for p in figures.glob("*.png")} == FIGURES
     assert {p.name for p in (figures / "data").iterdir()} == {n[:-4] + ".json" for n in FIGURES}
     sens = json.loads((results / "sensitivity.json").read_text())
@@ -87,11 +88,13 @@ def test_notebook_runs_and_writes_figures(run_notebook, tmp_path):
     metrics = json.loads((results / "metrics.json").read_text())
     assert metrics["bins"] == ["inclusive", "100"]
     ref_label = reference.label()  # the shipped generator is validated too, by default
-    # The long runs' newest checkpoints are validated beside them, named by their showers; their
-    # targets at 64 showers per energy with the monitors' latents are their history's last row.
+    # The shipped pair (the long runs' newest checkpoints as weights only) is validated beside
+    # them, named by their showers; their targets at 64 showers per energy with the monitors'
+    # latents are their history's last row.
     long = {}
-    for path in _parameter("long_runs"):  # the notebook's default: the committed long runs
-        rec = validation.checkpoint_record(validation.newest_checkpoint(ROOT / path))
+    assert _parameter("long_runs") == ["long-1w", "long-2w"]  # the notebook's default: the pair
+    for path in _parameter("long_runs"):
+        rec = validation.generator_record(path)
         w = rec["workers"]
         long[f"{w} worker{'s' if w > 1 else ''}, long run ({rec['showers_seen']:,} showers)"] = rec
     assert set(metrics["generators"]) == {"1 worker", "2 workers", *long, ref_label}
@@ -110,6 +113,9 @@ def test_notebook_runs_and_writes_figures(run_notebook, tmp_path):
                     low, high = (low - 1, high) if dev <= tol else (low, high + 1)
         assert low <= runs[lab]["targets_met"] <= high, (lab, last["mon_targets_met"], low, high)
         assert runs[lab]["showers_seen"] == rec["showers_seen"] and runs[lab]["hours"] > 0
+        # the goal's latents first, then one more draw: the same generator, other showers
+        draws = runs[lab]["targets_met_draws"]
+        assert len(draws) == 2 and draws[0] == runs[lab]["targets_met"]
         assert runs[lab]["goal_met"] == (runs[lab]["targets_met"] >= 18 and runs[lab]["fpd"] <= 5
                                          and runs[lab]["worst_resolution_ratio"] <= 1.5)
         # the estimate of the showers to each goal is the run's own history's, recomputed here

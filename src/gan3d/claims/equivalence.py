@@ -200,16 +200,27 @@ def long_pair(ev: Evidence) -> Outcome:
     one, two = by[1], by[2]
 
     def said(r: dict) -> str:
-        return (f"{r['targets_met']} of 20 targets, resolution {r['worst_resolution_ratio']:.2f}x "
-                f"the reference's in its worst bin, FPD {r['fpd']:.3g}, AUC {r['auc']:.3f}")
+        d = r.get("targets_met_draws") or []
+        spread = (f" (on {len(d)} latent draws: median {np.median(d):g}, {min(d)}-{max(d)})"
+                  if len(d) > 1 else "")
+        return (f"{r['targets_met']} of 20 targets{spread}, resolution "
+                f"{r['worst_resolution_ratio']:.2f}x the reference's in its worst bin, FPD "
+                f"{r['fpd']:.3g}, AUC {r['auc']:.3f}")
 
     value = (f"1 worker at {one['showers_seen']:,} showers: {said(one)}; 2 workers at "
              f"{two['showers_seen']:,}: {said(two)}")
+    d1, d2 = one.get("targets_met_draws") or [], two.get("targets_met_draws") or []
+    if len(d1) == len(d2) > 1:  # the same latent seeds on both sides: a paired difference
+        gap = np.subtract(d1, d2)
+        value += (f"; 1 worker minus 2 workers, paired over the {len(gap)} draws: median "
+                  f"{np.median(gap):+g} targets ({gap.min():+d} to {gap.max():+d}), more than the "
+                  f"margin of 2 in {int(np.sum(gap > 2))}")
     numbers = {w: {k: r.get(k) for k in ("showers_seen", *GOAL, "auc", "goal_met")}
                for w, r in (("1w", one), ("2w", two))}
     rule = ("the 1-worker generator meets the goal (>= 18 of 20 targets, resolution <= 1.5x, FPD "
             "<= 5); the 2-worker one meets its resolution and FPD and its targets met lie within "
-            "2 of the 1-worker's (one pair: a point comparison)")
+            "2 of the 1-worker's (one pair: a point comparison, at the latents of notebook 04's goal "
+            "seed; their spread over other latent draws is reported beside it)")
     if one["showers_seen"] != two["showers_seen"]:
         return Outcome("inconclusive", "measured", value, rule, needs=(
             f"both runs at the same number of showers (now {one['showers_seen']:,} and "
