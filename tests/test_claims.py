@@ -325,7 +325,9 @@ def test_the_long_runs_claim_waits_for_equal_budgets_and_a_physics_grade_1_worke
     # the targets met on other latent draws are reported beside the verdict, not in it
     one, two = run(1, 208_000, 18, 1.4, 4.0), run(2, 208_000, 15, 1.4, 4.0)
     one["targets_met_draws"], two["targets_met_draws"] = [18, 16, 17, 17], [15, 15, 17, 14]
+    two["fpd_error"] = 0.97  # FPD's own error (notebook 04's fit) is said with it
     row = verdict(one, two)
+    assert "FPD 4 +- 0.97, AUC" in row["value"] and "FPD 4, AUC" in row["value"]
     assert row["verdict"] == "not reproduced"
     assert "on 4 latent draws: median 17, 16-18" in row["value"]
     assert "on 4 latent draws: median 15, 14-17" in row["value"]

@@ -116,6 +116,8 @@ def test_notebook_runs_and_writes_figures(run_notebook, tmp_path):
         # the goal's latents first, then one more draw: the same generator, other showers
         draws = runs[lab]["targets_met_draws"]
         assert len(draws) == 2 and draws[0] == runs[lab]["targets_met"]
+        assert runs[lab]["fpd_error"] == pytest.approx(  # nan at this test's 24 showers
+            metrics["generators"][lab]["bins"]["inclusive"]["fpd"]["error"], nan_ok=True)
         assert runs[lab]["goal_met"] == (runs[lab]["targets_met"] >= 18 and runs[lab]["fpd"] <= 5
                                          and runs[lab]["worst_resolution_ratio"] <= 1.5)
         # the estimate of the showers to each goal is the run's own history's, recomputed here

@@ -203,9 +203,10 @@ def long_pair(ev: Evidence) -> Outcome:
         d = r.get("targets_met_draws") or []
         spread = (f" (on {len(d)} latent draws: median {np.median(d):g}, {min(d)}-{max(d)})"
                   if len(d) > 1 else "")
+        err = f" +- {r['fpd_error']:.2g}" if r.get("fpd_error") is not None else ""
         return (f"{r['targets_met']} of 20 targets{spread}, resolution "
                 f"{r['worst_resolution_ratio']:.2f}x the reference's in its worst bin, FPD "
-                f"{r['fpd']:.3g}, AUC {r['auc']:.3f}")
+                f"{r['fpd']:.3g}{err}, AUC {r['auc']:.3f}")
 
     value = (f"1 worker at {one['showers_seen']:,} showers: {said(one)}; 2 workers at "
              f"{two['showers_seen']:,}: {said(two)}")
