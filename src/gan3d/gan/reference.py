@@ -93,7 +93,8 @@ def record(folder: Path = FOLDER) -> dict:
 
 
 def load(folder: Path = FOLDER, *, discriminator: bool = False):
-    """The shipped generator (and, with ``discriminator=True``, ``(generator, discriminator)``)."""
+    """The generator exported into ``folder`` (the reference generator by default; with
+    ``discriminator=True``, ``(generator, discriminator)``)."""
     from .model import build_discriminator, build_generator
 
     _check(folder)
@@ -129,8 +130,9 @@ def networks_from_checkpoint(path) -> tuple[object, object]:
 
 
 def _networks(run: Path, checkpoint: Path | None = None):
-    """(generator, discriminator, history rows, config, provenance) of a finished run, or of the
-    newest checkpoint of a run still training (or stopped), or of the given ``checkpoint``."""
+    """(generator, discriminator, history rows, config, provenance, ``(checkpoint, its meta)``
+    or None) of a finished run, or of the newest checkpoint of a run still training (or
+    stopped), or of the given ``checkpoint``."""
     from . import checkpoints
     from .model import load_discriminator, load_generator
 
