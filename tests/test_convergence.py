@@ -156,3 +156,16 @@ def test_the_results_file_carries_the_verdicts_without_nan(tmp_path):
     assert {v["verdict"] for v in saved["verdicts"]} == {"too few seeds"}
     assert saved["verdicts"][0]["low"] is None
     assert [r["k"] for r in saved["communication_table"]] == [1]
+
+
+def test_the_committed_study_is_current_for_this_checkouts_training_code():
+    """A change to the training code (``plan.COMPONENTS``) leaves the committed study's numbers
+    standing only once ``--verify-code`` has shown it trains them bit for bit: until then the
+    study is stale, notebook 02 says so, and this test fails rather than let it land silently."""
+    from pathlib import Path
+
+    committed = study.load(Path(__file__).resolve().parents[1] / "studies" / "convergence.json")
+    state = study.status(config.resolve("study"), committed)
+    assert state["stale"] == [], (
+        f"{len(state['stale'])} run(s) of studies/convergence.json were made by other training "
+        "code: run `gan3d study --profile study --verify-code COMMIT` from a clean checkout")
