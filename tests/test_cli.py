@@ -52,3 +52,5 @@ def test_export_names_a_source_that_is_not_there_or_holds_no_generator(tmp_path)
     res = gan3d("export", str(tmp_path / "empty"), str(tmp_path / "out"))
     assert res.returncode == 2 and "no generator.keras and no checkpoint" in res.stderr
     assert "Traceback" not in res.stderr and not (tmp_path / "out").exists()  # nothing half-written
+    res = gan3d("export", str(tmp_path / "empty"), str(tmp_path / "out"), "--monitor-showers", "0")
+    assert res.returncode == 2 and "--monitor-showers 0: give at least 2" in res.stderr

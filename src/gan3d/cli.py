@@ -251,6 +251,9 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
     if not Path(args.source).exists():
         raise Gan3dError(f"{args.source}: no such training folder or checkpoint")
+    if args.monitor_showers < 2:
+        raise Gan3dError(f"--monitor-showers {args.monitor_showers}: give at least 2 showers "
+                         "per energy (a spread needs two)")
     meta = reference.export(args.source, Path(args.folder), note=args.note,
                             monitor_showers=args.monitor_showers)
     print(f"{args.folder}: epoch {meta['epoch']} ({meta['showers_seen']:,} showers), "
