@@ -256,9 +256,10 @@ def _cmd_export(args: argparse.Namespace) -> int:
                          "per energy (a spread needs two)")
     meta = reference.export(args.source, Path(args.folder), note=args.note,
                             monitor_showers=args.monitor_showers)
+    final = meta["final_monitors"]
     print(f"{args.folder}: epoch {meta['epoch']} ({meta['showers_seen']:,} showers), "
-          f"{meta['final_monitors']['targets_met']} of {meta['final_monitors']['targets']} targets at "
-          f"{args.monitor_showers} showers per energy")
+          f"{final['targets_met']} of {final['targets']} targets at {args.monitor_showers} "
+          "showers per energy")
     return 0
 
 

@@ -220,8 +220,8 @@ def long_pair(ev: Evidence) -> Outcome:
                for w, r in (("1w", one), ("2w", two))}
     rule = ("the 1-worker generator meets the goal (>= 18 of 20 targets, resolution <= 1.5x, FPD "
             "<= 5); the 2-worker one meets its resolution and FPD and its targets met lie within "
-            "2 of the 1-worker's (one pair: a point comparison, at the latents of notebook 04's goal "
-            "seed; their spread over other latent draws is reported beside it)")
+            "2 of the 1-worker's (one pair: a point comparison, at the latents of notebook 04's "
+            "goal seed; their spread over other latent draws is reported beside it)")
     if one["showers_seen"] != two["showers_seen"]:
         return Outcome("inconclusive", "measured", value, rule, needs=(
             f"both runs at the same number of showers (now {one['showers_seen']:,} and "

@@ -214,7 +214,7 @@ def _portable_path(path) -> str:
 
 
 def _portable_fork(fork: dict | None) -> dict | None:
-    """A fork record without its parent's (:func:`export` lists them in turn), its paths portable."""
+    """A fork record without its parent's (:func:`export` lists them in turn), paths portable."""
     if not fork:
         return fork
     out = {k: v for k, v in fork.items() if k != "parent_fork"}

@@ -29,9 +29,9 @@ from . import metrics, physics
 
 __all__ = [
     "Showers", "Summary", "Validation", "bin_keys", "energy_sets", "reference_pair", "summarise",
-    "compare", "load_networks", "newest_checkpoint",
-    "checkpoint_record", "generator_record", "validate", "distortion_check", "headline", "metric_value",
-    "metrics_table", "resolution_table",
+    "compare", "load_networks", "newest_checkpoint", "checkpoint_record", "generator_record",
+    "validate", "distortion_check", "headline", "metric_value", "metrics_table",
+    "resolution_table",
 ]
 
 
