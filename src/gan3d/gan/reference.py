@@ -11,7 +11,7 @@ with the package, so notebooks 02 and 04, ``gan3d validate reference`` and
 Beside it, in folders of the same form, the package ships the long runs' pair
 (:data:`SHIPPED`: ``long-1w``, ``long-2w``): the 1-worker and the 2-worker generator of
 ``studies/long-*-bf16/``, exported from their newest committed checkpoints, so notebook 04 and
-``gan3d validate long-1w long-2w`` validate the pair without the 9 MB training checkpoints.
+``gan3d validate long-1w long-2w`` validate the pair without the training checkpoints (weights and optimiser states).
 Their ``reference.json`` also names the checkpoint they came from (its sha256) and the forks
 the run descends through.
 
@@ -86,8 +86,7 @@ def record(folder: Path = FOLDER) -> dict:
     curve = meta["learning_curve"]
     return {"path": str(folder), "epoch": meta["epoch"], "workers": meta.get("workers", 1),
             "showers_seen": meta["showers_seen"], "precision": meta.get("precision"),
-            "history": curve[:next((i + 1 for i, r in enumerate(curve)
-                                    if r.get("epoch") == meta["epoch"]), len(curve))],
+            "history": [r for r in curve if r.get("epoch", 0) <= meta["epoch"]],
             "provenance": meta.get("provenance"), "fork": meta.get("fork"),
             "forks": meta.get("forks", []), "exported_from": meta.get("source")}
 
@@ -107,15 +106,17 @@ def load(folder: Path = FOLDER, *, discriminator: bool = False):
     return gen, disc
 
 
-def networks_from_checkpoint(path) -> tuple[object, object]:
+def networks_from_checkpoint(path, loaded: tuple[dict, list] | None = None
+                             ) -> tuple[object, object]:
     """G and D (float32) with the weights and BatchNorm statistics of a training checkpoint
     (:mod:`gan3d.gan.checkpoints`: G's variables, then D's, then the optimisers'), shapes
-    checked, without building the training step."""
+    checked, without building the training step. ``loaded``: its ``(meta, arrays)`` when the
+    caller has read it already."""
     from . import model  # imports TensorFlow
     from .checkpoints import load_checkpoint
     from .losses import is_seed
 
-    meta, arrays = load_checkpoint(path)
+    meta, arrays = loaded or load_checkpoint(path)
     g, d = model.build_generator(), model.build_discriminator()
     variables = [v for net in (g, d) for v in net.variables if not is_seed(v)]
     if len(arrays) < len(variables):
@@ -147,9 +148,11 @@ def _networks(run: Path, checkpoint: Path | None = None):
         if found is None:
             raise CheckpointError(f"{run} has no generator.keras and no checkpoint: export a "
                                   "training run (finished, or with at least one epoch done)")
-        checkpoint = found[0]
-    meta, _ = checkpoints.load_checkpoint(checkpoint)
-    gen, disc = networks_from_checkpoint(checkpoint)  # float32, whatever it trained in
+        checkpoint, meta, arrays = found
+    else:
+        meta, arrays = checkpoints.load_checkpoint(checkpoint)
+    # float32, whatever it trained in; the checkpoint read once
+    gen, disc = networks_from_checkpoint(checkpoint, (meta, arrays))
     return gen, disc, meta["history"], meta["config"], meta["provenance"], (checkpoint, meta)
 
 
