@@ -28,9 +28,9 @@ LOSS_TOL, UPDATE_TOL = 1e-3, 1e-2  # measured: <= 1.5e-5 and <= 7e-4 after 3 ste
 
 # -- rules (no JAX needed) -------------------------------------------------------------------
 def test_the_losses_both_backends_use_are_the_textbook_ones():
-    """gan.losses (TensorFlow-free, the one definition both backends call) against BCE and MAPE
+    """gan.step (TensorFlow-free, the one definition both backends call) against BCE and MAPE
     written out in NumPy, clipping and floor included."""
-    from gan3d.gan import losses
+    from gan3d.gan import step as losses
 
     rng = np.random.default_rng(3)
     b = 64
@@ -62,13 +62,13 @@ def test_both_backends_steps_share_one_loss_composition_and_state_order():
     """The JAX step and the Horovod step take their losses, draws and state order from the one
     base class: neither redefines them (a copy that drifted would not be seen otherwise)."""
     pytest.importorskip("jax")
-    from gan3d.gan.backend import Step
+    from gan3d.gan.horovod import HorovodStep
     from gan3d.gan.jax.step import JaxStep
-    from gan3d.gan.step import GanStep
+    from gan3d.gan.step import Step
 
     shared = ("weighted_losses", "draws_from", "model_variables", "optimizer_variables",
               "state_variables", "seed_words")
-    for cls in (GanStep, JaxStep):
+    for cls in (HorovodStep, JaxStep):
         assert issubclass(cls, Step)
         assert [n for n in shared if n in vars(cls)] == []
 

@@ -315,10 +315,11 @@ def test_a_full_disk_is_a_named_error_and_keeps_the_last_good_checkpoint(tmp_pat
 
 def test_a_non_finite_test_loss_stops_the_run_like_a_training_one(tmp_path, monkeypatch):
     from gan3d.exceptions import NonFiniteLoss
-    from gan3d.gan import step, training
+    from gan3d.gan import training
+    from gan3d.gan.horovod import HorovodStep
 
-    real = step.GanStep.eval_sums
-    monkeypatch.setattr(step.GanStep, "eval_sums",
+    real = HorovodStep.eval_sums
+    monkeypatch.setattr(HorovodStep, "eval_sums",
                         lambda self, batch, draws: real(self, batch, draws) * np.nan)
     cfg = config.resolve("quick", _overrides(tmp_path, **{
         "data.n_showers": 48, "train.steps_per_epoch": 1, "train.eval_fraction": 0.5}))

@@ -104,10 +104,10 @@ def test_a_bfloat16_step_is_profiled_against_the_bfloat16_ceiling(gan_step):
     profile must ask the layers (it once took a bfloat16 step for float32, and its matmul
     ceiling, 4x lower than bfloat16's on AMX, put layers at 315 % of their limit)."""
     from gan3d.gan.model import build_discriminator, build_generator
-    from gan3d.gan.step import GanStep
+    from gan3d.gan.horovod import HorovodStep
 
     assert roofline.step_precision(gan_step) == "float32"
-    mixed = GanStep(build_generator(dtype="mixed_bfloat16"),
+    mixed = HorovodStep(build_generator(dtype="mixed_bfloat16"),
                     build_discriminator(dtype="mixed_bfloat16"))
     assert mixed.d.compute_dtype == "float32"  # what the profile used to read
     assert roofline.step_precision(mixed) == "bfloat16"

@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gan3d.gan import losses, step
+from gan3d.gan import horovod, step
 
 
 def test_ecal_target_is_the_published_fit():
     from gan3d.data.calorimeter import sampling_fraction_fit
 
     e_gev = np.array([10.0, 100.0, 250.0, 500.0])
-    got = np.asarray(losses.ecal_target(e_gev / 100.0))
+    got = np.asarray(step.ecal_target(e_gev / 100.0))
     # Network units: GeV x 100 of the deposited energy E x sampling fraction.
     np.testing.assert_allclose(got, e_gev * sampling_fraction_fit(e_gev) * 100.0, rtol=1e-5)
     assert got[0] / 100 == pytest.approx(10.0 * 0.0218, rel=0.01)  # 2.2 % at 10 GeV
@@ -23,10 +23,10 @@ def test_losses_match_keras_definitions():
 
     y = np.array([1.0, 0.0, 1.0, 0.0], dtype=np.float32)
     p = np.array([0.9, 0.2, 1.0, 0.0], dtype=np.float32)
-    ours = np.asarray(losses.bce(y, p))
+    ours = np.asarray(step.bce(y, p))
     ref = np.asarray(keras.losses.binary_crossentropy(y[:, None], p[:, None]))
     np.testing.assert_allclose(ours, ref, rtol=1e-5)
-    np.testing.assert_allclose(np.asarray(losses.mape(np.float32(2.0), np.float32(1.5))), 25.0)
+    np.testing.assert_allclose(np.asarray(step.mape(np.float32(2.0), np.float32(1.5))), 25.0)
 
 
 def test_draws_shapes_ranges_and_five_percent_flips(gan_step):
@@ -72,7 +72,7 @@ def test_one_step_updates_every_weight_of_both_networks(gan_step):
     gan_step.set_learning_rate(1e-3)
     losses = np.asarray(gan_step.train_step(_batch(2)))
     after = [v.numpy() for v in gan_step.g.trainable_variables + gan_step.d.trainable_variables]
-    assert losses.shape == (len(step.LOSS_NAMES),) and np.isfinite(losses).all()
+    assert losses.shape == (len(horovod.LOSS_NAMES),) and np.isfinite(losses).all()
     unchanged = [v.path for v, a, b in zip(gan_step.g.trainable_variables
                                            + gan_step.d.trainable_variables, before, after)
                  if np.array_equal(a, b)]
@@ -152,7 +152,7 @@ def test_loss_scaling_changes_nothing_but_skips_a_step_whose_gradients_overflow(
 
     def make(loss_scale):
         keras.utils.set_random_seed(5)
-        return step.GanStep(build_generator(), build_discriminator(), seed=5, loss_scale=loss_scale)
+        return horovod.HorovodStep(build_generator(), build_discriminator(), seed=5, loss_scale=loss_scale)
 
     plain, scaled = make(False), make(True)
     for a, b in zip(plain.model_variables(), scaled.model_variables()):

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from gan3d import config, runtime
-from gan3d.gan import checkpoints, step, training
+from gan3d.gan import checkpoints, training
+from gan3d.gan.horovod import LOSS_NAMES, HorovodStep
 from gan3d.exceptions import (CheckpointError, ConfigError, DataFileMissing, NonFiniteLoss,
                               OutputNotWritable)
 from gan3d.gan.history import HISTORY_FIELDS, read_history
@@ -59,7 +60,7 @@ def test_train_outputs_then_nan_keeps_the_last_good_checkpoint(tmp_path, monkeyp
     cfg = _tiny(tmp_path)
     # Every step the loop takes, seen from outside: its clock, its losses, its showers.
     seen = []
-    real_step = step.GanStep.train_step
+    real_step = HorovodStep.train_step
 
     def recorded(self, batch, draws=None, **kwargs):
         t0 = time.perf_counter()
@@ -67,11 +68,11 @@ def test_train_outputs_then_nan_keeps_the_last_good_checkpoint(tmp_path, monkeyp
         seen.append((t0, time.perf_counter(), losses, len(batch["energy"])))
         return losses
 
-    monkeypatch.setattr(step.GanStep, "train_step", recorded)
+    monkeypatch.setattr(HorovodStep, "train_step", recorded)
     t_run = time.perf_counter()
     result = training.train(cfg)
     wall = time.perf_counter() - t_run
-    monkeypatch.setattr(step.GanStep, "train_step", real_step)
+    monkeypatch.setattr(HorovodStep, "train_step", real_step)
     out = tmp_path / "out"
     rows = read_history(out / "history.jsonl")
     assert [r["epoch"] for r in rows] == [1, 2]
@@ -93,7 +94,7 @@ def test_train_outputs_then_nan_keeps_the_last_good_checkpoint(tmp_path, monkeyp
     # the train time spans its steps; the speed counts the showers the steps were given.
     assert len(seen) == 4
     for r, steps in zip(rows, (seen[:2], seen[2:])):
-        np.testing.assert_allclose([r[k] for k in step.LOSS_NAMES],
+        np.testing.assert_allclose([r[k] for k in LOSS_NAMES],
                                    np.mean([s[2] for s in steps], axis=0), rtol=1e-6)
         assert r["time_train_s"] >= steps[-1][1] - steps[0][0]
         assert r["showers_per_s"] == pytest.approx(sum(s[3] for s in steps) / r["time_train_s"])
@@ -118,7 +119,7 @@ def test_train_outputs_then_nan_keeps_the_last_good_checkpoint(tmp_path, monkeyp
         losses = real_step(self, batch, draws, **kwargs)
         return losses * np.nan if calls["n"] == 2 else losses
 
-    monkeypatch.setattr(step.GanStep, "train_step", poisoned)
+    monkeypatch.setattr(HorovodStep, "train_step", poisoned)
     with pytest.raises(NonFiniteLoss, match=r"epoch 3, step 2: non-finite loss \(d_loss=nan"):
         training.train(cfg.replace(**{"train.epochs": 3}), resume=True)
     after = {p.name: _digest(p) for p in [*(out / "checkpoints").iterdir(), out / "history.jsonl"]}

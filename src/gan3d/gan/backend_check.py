@@ -92,7 +92,7 @@ def run(backend: str, steps: int, batch: int, init: Path, output: Path) -> None:
     if backend == "jax":
         from .jax.step import JaxStep as Step
     else:
-        from .step import GanStep as Step
+        from .horovod import HorovodStep as Step
     step = Step(g, d, seed=1)
     variables = dict(zip(_keys(step), step.model_variables()))
     if init.exists():
@@ -119,7 +119,7 @@ def run(backend: str, steps: int, batch: int, init: Path, output: Path) -> None:
 
 def _keys(step) -> list[str]:
     """Names of the step's model variables that are equal on both backends: model and path."""
-    from .losses import is_seed  # keras: imported once the backend is chosen
+    from .step import is_seed  # keras: imported once the backend is chosen
 
     return [("g/" if i < n_g else "d/") + v.path for i, v in enumerate(step.model_variables())
             for n_g in [sum(not is_seed(u) for u in step.g.variables)]]
@@ -144,7 +144,7 @@ def time_steps(backend: str, steps: int, warmup: int, batch: int, output: Path) 
     if backend == "jax":
         from .jax.step import JaxStep as Step
     else:
-        from .step import GanStep as Step
+        from .horovod import HorovodStep as Step
     step = Step(build_generator(), build_discriminator(), seed=1)
     step.broadcast_state()  # DISTRIBUTED
     step.reseed(1, world.rank, 0)

@@ -3,12 +3,12 @@
 A checkpoint ``checkpoints/epoch-0003.npz`` (written after epoch index 3 finished) holds
 
 * every model and optimiser variable (weights, BatchNorm statistics, RMSprop velocities and step
-  counters, learning rate), as ``v00000 ... vNNNNN`` in :meth:`GanStep.state_variables` order;
+  counters, learning rate), as ``v00000 ... vNNNNN`` in :meth:`gan3d.gan.step.Step.state_variables` order;
 * ``meta``: a JSON document with the resolved configuration, the epoch, the world size, the history
   so far, the variables' paths and shapes (checked on restore), and provenance.
 
 Random state is not stored: every seed is derived from (seed, rank, epoch) at the start of each
-epoch (:meth:`gan3d.gan.step.GanStep.reseed`), and the data order from (seed, epoch), so the epoch
+epoch (:meth:`gan3d.gan.horovod.HorovodStep.reseed`), and the data order from (seed, epoch), so the epoch
 number is all a resumed run needs to draw exactly what the uninterrupted run would have drawn.
 
 A checkpoint can also start a *new* run (:func:`fork`, ``train.fork_from``): the warm start of

@@ -2,8 +2,8 @@
 their models and optimiser states.
 
 k = 1 is the paper's data parallelism (gradients all-reduced before each of the step's four
-updates, :mod:`gan3d.gan.step`). With k > 1 the steps run without any communication
-(``GanStep.train_step(local=True)``) and every k-th step :meth:`GanStep.average_state` all-reduces
+updates, :mod:`gan3d.gan.horovod`). With k > 1 the steps run without any communication
+(``HorovodStep.train_step(local=True)``) and every k-th step :meth:`HorovodStep.average_state` all-reduces
 every floating-point state variable - G's and D's weights, their BatchNorm statistics and both
 RMSprop mean-square accumulators - once. Per step that moves 2 (|G| + |D|) / k numbers instead of
 2 |G| + 2 |D| gradients: 1/k of the paper's traffic, in 1/(4k) as many messages.

@@ -114,7 +114,7 @@ def networks_from_checkpoint(path, loaded: tuple[dict, list] | None = None
     caller has read it already."""
     from . import model  # imports TensorFlow
     from .checkpoints import load_checkpoint
-    from .losses import is_seed
+    from .step import is_seed
 
     meta, arrays = loaded or load_checkpoint(path)
     g, d = model.build_generator(), model.build_discriminator()

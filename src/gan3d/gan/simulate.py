@@ -37,7 +37,7 @@ from ..exceptions import ConfigError, OutsideTrainedRange
 from ..io import provenance
 from . import reference
 from .inference import inference_network
-from .losses import E_RANGE
+from .step import E_RANGE
 from .model import load_generator
 
 __all__ = ["parse_energies", "primary_energies", "trained_energies", "simulate"]
@@ -102,7 +102,7 @@ def trained_energies(path: Path) -> tuple[float, float, str]:
     """The primary energies (GeV) the generator at ``path`` was trained on, and where that is
     read: the range of its training data (``data.energy_min``, ``data.energy_max`` in its run's
     ``config.json``, or ``reference.json``) within the range its training drew fakes in
-    (:data:`gan3d.gan.losses.E_RANGE`, the same for every run). A generator without a readable
+    (:data:`gan3d.gan.step.E_RANGE`, the same for every run). A generator without a readable
     record is taken to have had the configuration's default data range, and the source says so."""
     record, default = _record(path), DataConfig()
     lo, hi, where = default.energy_min, default.energy_max, "no record of its training beside it"

@@ -1,256 +1,287 @@
-"""The Horovod backend: one 3DGAN training step on TensorFlow, gradients all-reduced by Horovod.
+"""One 3DGAN training step, written once for both backends, in ``keras.ops`` only.
 
-The step is the reference trainer's (``svalleco/3Dgan``, ``Energy-gan``), one compiled function;
-its order, losses and draws are :mod:`gan3d.gan.losses`' (shared with the JAX backend), the
-optimisers and the state order :class:`gan3d.gan.backend.Step`'s. This module adds the gradient
-tapes, the all-reduces and float16's loss scaling, and :class:`HorovodBackend`, which the
-training loop (:mod:`gan3d.gan.training`) plugs in for ``train.backend: horovod``:
+Read it top to bottom: the losses of the discriminator's three heads, the random draws of a step,
+:func:`gan_step` - the reference trainer's (``svalleco/3Dgan``, ``Energy-gan``) four updates in
+their order - and :class:`Step`, what the step of every backend holds: the two networks, their
+RMSprop optimisers, the state a checkpoint saves and the seeds of every epoch.
+
+A backend adds only how ONE update is done - take the gradient of the loss, average it over the
+workers (the all-reduce, marked ``# DISTRIBUTED``), apply it:
+
+* ``train.backend: horovod`` - :class:`gan3d.gan.horovod.HorovodStep`: a TensorFlow gradient
+  tape, Horovod's ring all-reduce, RMSprop;
+* ``train.backend: jax`` - :class:`gan3d.gan.jax.step.JaxStep`: ``jax.value_and_grad``,
+  ``lax.pmean`` over every device of every process, RMSprop, the whole step compiled at once.
+
+The step (:func:`gan_step`):
 
 1. D on a real batch: labels 1 (each flipped with p = ``label_flip``), targets E/100 and the
-   batch's ECAL sums; one RMSprop update of D.
+   batch's ECAL sums; one update of D.
 2. D on a fake batch ``G(E' z)``, E' ~ U(0.1, 5) (10-500 GeV), G in inference mode as the
    reference's ``generator.predict``: labels 0 (flipped likewise), targets E' and the published
    ECAL fit of E'; a second update of D.
 3. Twice: G through D with fresh z and E', targets "real", E', fit(E'); one update of G each.
-   D's weights are not trained here; as in the Keras 1 original it runs with batch statistics.
+   D's weights are not trained there; as in the Keras 1 original it runs with batch statistics.
 
 Loss of each update: ``w0 * BCE + w1 * MAPE(energy) + w2 * MAPE(ECAL sum)`` with
 ``cfg.train.loss_weights`` (reference [2, 0.1, 0.1]; the paper's Horovod scripts [8, 0.2, 0.1]).
+Every rank computes its gradients on its own batch; averaged before every update, they make every
+rank apply the same update to the same weights. All randomness of a step (label flips, E', z) is
+drawn by :func:`draws` from a per-rank seed, or passed in (how tests fix the noise per sample).
 
-Data parallelism (every distributed line is marked ``DISTRIBUTED``): each rank computes gradients
-on its own batch, :func:`gan3d.parallel.distributed.average` all-reduces them (mean over ranks)
-before every one of the four updates, so all ranks apply the same update to the same weights; the step's
-losses are averaged too, so a NaN on any rank stops every rank at the same step.
-
-All randomness of a step (label flips, E', z) is drawn by :meth:`GanStep.draw` from a per-rank
-seed generator, or passed in explicitly (:meth:`GanStep.train_step` takes ``draws``), which is
-how the tests control noise per sample rather than per rank.
+Nothing here imports TensorFlow (the JAX backend runs without it) and Keras is imported when a
+step is built: the loop can be imported before the backend has chosen Keras' backend.
 """
 
 from __future__ import annotations
 
-import functools
+import importlib
+from typing import Callable, Sequence
 
-import keras
 import numpy as np
-import tensorflow as tf
 
-from ..config import Config, resolved_precision
-from ..parallel import devices, distributed
-from . import losses
-from .backend import Step
-from .history import LOSSES as LOSS_NAMES
+from ..data.calorimeter import NETWORK_SCALE, SAMPLING_FIT_PERCENT
 
-__all__ = ["LOSS_NAMES", "EVAL_NAMES", "GanStep", "HorovodBackend", "BACKEND"]
+__all__ = ["E_RANGE", "DRAW_NAMES", "ecal_target", "bce", "mape", "parts", "flip", "is_seed",
+           "weighted", "draws", "gan_step", "eval_sums", "Step", "get", "BACKENDS"]
 
-EVAL_NAMES = tuple("test_" + n for n in LOSS_NAMES)
-
-
-class GanStep(Step):
-    """The models, their two RMSprop optimisers, and the compiled step of one rank."""
-
-    def __init__(self, generator: keras.Model, discriminator: keras.Model, *,
-                 loss_scale: bool = False, **settings):
-        # float16: small gradients would underflow to zero unscaled. Dynamic loss scaling: the
-        # loss is multiplied by the scale before the gradients, which are divided by it after
-        # the all-reduce; a step whose gradients are not finite is skipped and the scale halved
-        # (every rank sees the same all-reduced gradients, so every rank skips alike); it
-        # doubles after 2,000 finite steps.
-        self.loss_scale = bool(loss_scale)
-        super().__init__(generator, discriminator, **settings)
-        self.noise = keras.random.SeedGenerator(settings.get("seed", 0))
-        self._train = tf.function(self._train_step, reduce_retracing=True)
-        self._train_local = tf.function(functools.partial(self._train_step, local=True),
-                                        reduce_retracing=True)
-        self._eval = tf.function(self._eval_sums, reduce_retracing=True)
-        self._grads = tf.function(self._gradients, reduce_retracing=True)
-
-    def wrap_optimizer(self, optimizer):
-        return keras.optimizers.LossScaleOptimizer(optimizer) if self.loss_scale else optimizer
-
-    # -- state ------------------------------------------------------------------------------
-    def seed_variables(self) -> list:
-        """Seed-generator states (step noise, D's dropout): per rank, never broadcast."""
-        return [self.noise.state] + [v for v in self.g.variables + self.d.variables
-                                     if losses.is_seed(v)]
-
-    def broadcast_state(self) -> None:
-        distributed.broadcast(self.state_variables(), root_rank=0)  # DISTRIBUTED
-
-    def average_batch_statistics(self) -> None:
-        """Mean of BatchNorm moving statistics over ranks (each rank saw its own batches)."""
-        stats = [v for v in self.model_variables() if not v.trainable]
-        if distributed.world().size > 1 and stats:
-            for v, mean in zip(stats, distributed.average([v.value for v in stats])):  # DISTRIBUTED
-                v.assign(mean)
-
-    def average_state(self) -> int:
-        """Local SGD's synchronisation: every floating-point state variable (weights, BatchNorm
-        statistics, RMSprop's mean squares) becomes its mean over ranks; step counters are equal
-        on every rank already. Returns the bytes each rank contributed."""
-        state = [v for v in self.state_variables() if "float" in str(v.dtype)]
-        if distributed.world().size > 1:
-            for v, mean in zip(state, distributed.average([v.value for v in state],  # DISTRIBUTED
-                                                          name="local_sgd_sync")):
-                v.assign(mean)
-        return sum(int(np.prod(v.shape)) * 4 for v in state)
-
-    def reseed(self, seed: int, rank: int, epoch: int) -> None:
-        """Set every seed state from (seed, rank, epoch): different per rank, exact on resume."""
-        variables = self.seed_variables()
-        for v, words in zip(variables, self.seed_words(seed, rank, epoch, len(variables))):
-            v.assign(words.astype(v.dtype))
-
-    def set_learning_rate(self, lr: float) -> None:
-        for opt in (self.g_opt, self.d_opt):
-            getattr(opt, "inner_optimizer", opt).learning_rate = lr
-
-    # -- the step ---------------------------------------------------------------------------
-    def draw(self, batch_size: int) -> dict:
-        """The random inputs of one step for a batch of ``batch_size`` (tensors)."""
-        sg = self.noise
-        return self.draws_from(lambda shape, lo, hi: keras.random.uniform(shape, lo, hi, seed=sg),
-                               lambda shape: keras.random.normal(shape, seed=sg), batch_size)
-
-    def train_step(self, batch: dict, draws: dict | None = None, *, training: bool = True,
-                   local: bool = False):
-        """One full step on this rank's ``batch`` (image, energy, ecal_sum); mean losses over ranks.
-
-        ``training=False`` runs BatchNorm on moving statistics and disables Dropout (the exact
-        equality test of data parallelism). ``local=True`` is a step of local SGD: this rank's
-        gradients and losses only, no communication (:meth:`average_state` synchronises).
-        Returns a float32 tensor of :data:`LOSS_NAMES`.
-        """
-        return (self._train_local if local else self._train)(batch, draws, training)
-
-    def _train_step(self, batch, draws, training, local=False):
-        image, energy, ecal = _inputs(batch)
-        if draws is None:
-            draws = self.draw(keras.ops.shape(image)[0])
-        step_losses = losses.gan_step(
-            image, energy, ecal, draws,
-            d_update=lambda x, labels, e, ec: self._d_update(x, labels, e, ec, training, local),
-            g_update=lambda z, e: self._g_update(z, e, training, local),
-            generate=lambda latent: self.g(latent, training=False))
-        if local:
-            return step_losses
-        return distributed.allreduce(step_losses, "mean", name="step_losses")  # DISTRIBUTED
-
-    def _d_grads(self, image, labels, energy, ecal, training, local=False):
-        variables = self.d.trainable_variables
-        with tf.GradientTape() as tape:
-            total, record = self.weighted_losses(
-                losses.parts(self.d(image, training=training), labels, energy, ecal))
-            if self.loss_scale:
-                total = self.d_opt.scale_loss(total)
-        grads = tape.gradient(total, variables)
-        if local:
-            return grads, record
-        return distributed.average(grads), record  # DISTRIBUTED: ring all-reduce, mean over ranks
-
-    def _g_grads(self, z, e, training, local=False):
-        e = keras.ops.cast(e, "float32")
-        with tf.GradientTape() as tape:
-            fake = self.g(e[:, None] * z, training=training)
-            out = self.d(fake, training=training)
-            total, record = self.weighted_losses(
-                losses.parts(out, keras.ops.ones_like(e), e, losses.ecal_target(e)))
-            if self.loss_scale:
-                total = self.g_opt.scale_loss(total)
-        grads = tape.gradient(total, self.g.trainable_variables)
-        if local:
-            return grads, record
-        return distributed.average(grads), record  # DISTRIBUTED: ring all-reduce, mean over ranks
-
-    def _d_update(self, image, labels, energy, ecal, training, local):
-        grads, record = self._d_grads(image, labels, energy, ecal, training, local)
-        self.d_opt.apply(grads, self.d.trainable_variables)
-        return record
-
-    def _g_update(self, z, e, training, local):
-        grads, record = self._g_grads(z, e, training, local)
-        self.g_opt.apply(grads, self.g.trainable_variables)
-        return record
-
-    def gradients(self, batch: dict, draws: dict, *, training: bool = True):
-        """Rank-averaged gradients of the step's first D update (real batch) and first G update,
-        without applying them: ``(d_grads, g_grads)``. For tests of data parallelism."""
-        return self._grads(batch, draws, training)
-
-    def _gradients(self, batch, draws, training):
-        image, energy, ecal = _inputs(batch)
-        labels = losses.flip(keras.ops.ones_like(energy), draws["flip_real"])
-        d_grads, _ = self._d_grads(image, labels, energy, ecal, training)
-        g_grads, _ = self._g_grads(draws["z_gen"][0], draws["e_gen"][0], training)
-        return d_grads, g_grads
-
-    # -- evaluation -------------------------------------------------------------------------
-    def eval_sums(self, batch: dict, draws: dict):
-        """Summed test losses of one batch, in inference mode (:func:`gan3d.gan.losses.eval_sums`):
-        (8,) sums, D's over 2b samples then G's over 2b; divide by the sample counts after summing
-        over batches and ranks."""
-        return self._eval(batch, draws)
-
-    def _eval_sums(self, batch, draws):
-        image, energy, ecal = _inputs(batch)
-        return losses.eval_sums(self.weights, lambda x: self.g(x, training=False),
-                                lambda x: self.d(x, training=False), image, energy, ecal, draws,
-                                self.latent_size)
+E_RANGE = (0.1, 5.0)  # primary energies of fakes, in units of 100 GeV
+# The random inputs of one step, in the order they are drawn (the order fixes the numbers).
+DRAW_NAMES = ("flip_real", "flip_fake", "e_fake", "z_fake", "e_gen", "z_gen")
+_EPS = 1e-7  # Keras' clipping constant for BCE and MAPE
 
 
-def _inputs(batch):
-    """(image, energy, ecal_sum) of a batch as float32 tensors, energies and sums flat (b,)."""
-    image = keras.ops.cast(batch["image"], "float32")
-    energy = keras.ops.cast(keras.ops.reshape(batch["energy"], (-1,)), "float32")
-    ecal = keras.ops.cast(keras.ops.reshape(batch["ecal_sum"], (-1,)), "float32")
-    return image, energy, ecal
+def _ops():
+    import keras  # here, not at import: the JAX backend chooses Keras' backend first
+
+    return keras.ops
 
 
 # ---------------------------------------------------------------------------------------------
-# The Horovod backend (train.backend: horovod)
+# The losses
 
 
-class HorovodBackend:
-    """TensorFlow with Horovod's all-reduce (:mod:`gan3d.gan.backend`'s contract)."""
-
-    name = "horovod"
-
-    def prepare(self) -> None:
-        pass
-
-    def check(self, cfg: Config) -> None:
-        pass
-
-    def init(self):
-        return distributed.init()  # DISTRIBUTED: first thing, before TensorFlow runs an op
-
-    def resolve(self, cfg: Config) -> Config:
-        return resolved_precision(cfg, _gpu())
-
-    def build_step(self, cfg: Config) -> GanStep:
-        from .model import build_discriminator, build_generator
-
-        keras.utils.set_random_seed(cfg.train.seed)  # rank 0's initial weights; then broadcast
-        gpu = _gpu()
-        precision = resolved_precision(cfg, gpu).train.precision
-        policy = None if precision == "float32" else f"mixed_{precision}"
-        # On a CPU the memory-bound LeakyReLU, BatchNorm and Dropout run faster in float32 under
-        # a mixed policy, and the discriminator's CPU layers (gan/cpu_layers.py) in fewer passes.
-        ew = "float32" if policy and gpu is None else None
-        fast = cfg.train.cpu_layers == "fast" or (
-            cfg.train.cpu_layers == "auto" and policy is not None and gpu is None)
-        t = cfg.train
-        return GanStep(build_generator(dtype=policy, elementwise=ew),
-                       build_discriminator(dtype=policy, elementwise=ew, fast_cpu=fast),
-                       loss_weights=t.loss_weights, label_flip=t.label_flip,
-                       learning_rate=t.learning_rate, rho=t.rho, seed=t.seed,
-                       loss_scale=precision == "float16")
+def ecal_target(e):
+    """ECAL-sum target of a fake shower, in network units (GeV x 100), for e = E/100 (tensor)."""
+    ops = _ops()
+    e = ops.cast(e, "float32")
+    poly = ops.zeros_like(e)
+    for c in SAMPLING_FIT_PERCENT:  # Horner's rule on the published fit, in %
+        poly = poly * e + c
+    # E_GeV x poly/100 = e x poly GeV deposited; the network sees GeV x 100.
+    return e * poly * NETWORK_SCALE
 
 
-def _gpu() -> tuple[int, int] | None:
-    """Compute capability of the GPU this rank was pinned to (None: CPU)."""
-    gpu = devices.pinned()
-    return gpu["compute_capability"] if gpu else None
+def bce(y, p):
+    """Binary cross-entropy per sample, p clipped to [eps, 1 - eps] as Keras does."""
+    ops = _ops()
+    p = ops.clip(p, _EPS, 1.0 - _EPS)
+    return -(y * ops.log(p) + (1.0 - y) * ops.log(1.0 - p))
 
 
-BACKEND = HorovodBackend()
+def mape(y, p):
+    """Mean absolute percentage error per sample (%)."""
+    ops = _ops()
+    return 100.0 * ops.abs(y - p) / ops.maximum(ops.abs(y), _EPS)
+
+
+def parts(outputs, labels, energy, ecal):
+    """Per-sample losses (each (b,)) of the discriminator's three heads against their targets:
+    BCE of the real/fake output, MAPE of the energy and of the ECAL sum."""
+    p, aux, total = (_ops().cast(o[:, 0], "float32") for o in outputs)
+    return [bce(labels, p), mape(energy, aux), mape(ecal, total)]
+
+
+def weighted(weights: Sequence[float], per_sample):
+    """The loss of one update: ``w0 * BCE + w1 * MAPE(energy) + w2 * MAPE(ECAL sum)`` over the
+    batch means, and the (4,) record ``[total, bce, aux, ecal]`` the history keeps."""
+    ops = _ops()
+    means = [ops.mean(p) for p in per_sample]
+    total = sum(w * m for w, m in zip(weights, means))
+    return total, ops.stack([total, *means])
+
+
+def flip(labels, flips):
+    """Labels with the selected entries flipped (0 <-> 1)."""
+    return _ops().where(flips, 1.0 - labels, labels)
+
+
+def is_seed(v) -> bool:
+    """A random-number state variable (Dropout's), not a weight."""
+    return v.path.endswith("seed_generator_state")
+
+
+# ---------------------------------------------------------------------------------------------
+# The step
+
+
+def draws(uniform: Callable, normal: Callable, batch_size, latent_size: int,
+          label_flip: float) -> dict:
+    """The random inputs of one step for a batch, drawn in :data:`DRAW_NAMES` order from the
+    backend's samplers ``uniform(shape, low, high)`` and ``normal(shape)``: label flips with
+    probability ``label_flip``, primary energies E' ~ U(E_RANGE) and latent vectors z ~ N(0, 1)
+    for the fakes of D's second update (b) and of G's two updates (2, b)."""
+    b, n = batch_size, latent_size
+    return {
+        "flip_real": uniform((b,), 0.0, 1.0) < label_flip,
+        "flip_fake": uniform((b,), 0.0, 1.0) < label_flip,
+        "e_fake": uniform((b,), *E_RANGE),
+        "z_fake": normal((b, n)),
+        "e_gen": uniform((2, b), *E_RANGE),
+        "z_gen": normal((2, b, n)),
+    }
+
+
+def gan_step(image, energy, ecal, draws: dict, update_d: Callable, update_g: Callable,
+             generate: Callable):
+    """The reference trainer's step in order; the backend does each update.
+
+    ``update_d(x, labels, energy, ecal)`` and ``update_g(z, e)`` each take one update of D or G
+    (gradient, all-reduce, apply) and return its (4,) losses; ``generate(latent)`` is G in
+    inference mode. Returns the step's (8,) losses: D's mean over its two updates, then G's.
+    """
+    ops = _ops()
+    ones = ops.ones_like(energy)
+    # 1. D on real showers, 5 % of the labels flipped.
+    d_real = update_d(image, flip(ones, draws["flip_real"]), energy, ecal)
+    # 2. D on fakes made by G in inference mode (the reference's generator.predict).
+    e_fake = ops.cast(draws["e_fake"], "float32")
+    fake = generate(e_fake[:, None] * draws["z_fake"])
+    d_fake = update_d(fake, flip(0.0 * ones, draws["flip_fake"]), e_fake, ecal_target(e_fake))
+    # 3. G twice through D, which it tries to convince that its showers are real.
+    g = [update_g(draws["z_gen"][i], ops.cast(draws["e_gen"][i], "float32")) for i in range(2)]
+    return ops.concatenate([(d_real + d_fake) / 2.0, (g[0] + g[1]) / 2.0])
+
+
+def eval_sums(weights: Sequence[float], g: Callable, d: Callable, image, energy, ecal,
+              draws: dict, latent_size: int):
+    """Summed test losses of one batch in inference mode, as the reference evaluated them.
+
+    ``g`` and ``d`` are the networks in inference mode. D on the real batch and as many fakes;
+    the combined model (G then D, target "real") on twice as many fresh fakes. ``draws`` needs
+    ``e_fake``, ``z_fake`` and ``e_gen``/``z_gen`` of shape (2, b[, latent]). Returns (8,) sums:
+    D total, bce, aux, ecal over 2b samples, then the same for G over 2b samples.
+    """
+    ops = _ops()
+    e_f = ops.cast(draws["e_fake"], "float32")
+    fake = g(e_f[:, None] * draws["z_fake"])
+    d_real = parts(d(image), ops.ones_like(energy), energy, ecal)
+    d_fake = parts(d(fake), ops.zeros_like(e_f), e_f, ecal_target(e_f))
+    d_parts = [ops.concatenate([a, b]) for a, b in zip(d_real, d_fake)]
+    e_g = ops.cast(ops.reshape(draws["e_gen"], (-1,)), "float32")
+    z_g = ops.reshape(draws["z_gen"], (-1, latent_size))
+    g_parts = parts(d(g(e_g[:, None] * z_g)), ops.ones_like(e_g), e_g, ecal_target(e_g))
+    sums = []
+    for per_sample in (d_parts, g_parts):
+        s = [ops.sum(p) for p in per_sample]
+        sums += [sum(w * x for w, x in zip(weights, s)), *s]
+    return ops.stack(sums)
+
+
+# ---------------------------------------------------------------------------------------------
+# What the step of every backend holds
+
+
+class Step:
+    """The models, their two RMSprop optimisers and the step of one rank.
+
+    A backend's step implements ``update_d``/``update_g`` (inside its compiled step),
+    :meth:`train_step`, :meth:`eval_sums`, :meth:`broadcast_state`,
+    :meth:`average_batch_statistics`, :meth:`reseed` and :meth:`set_learning_rate`;
+    ``average_state`` (local SGD) where the backend has it.
+    """
+
+    def __init__(self, generator, discriminator, *, loss_weights: Sequence[float] = (2.0, 0.1, 0.1),
+                 label_flip: float = 0.05, learning_rate: float = 1e-3, rho: float = 0.9,
+                 seed: int = 0):
+        import keras
+
+        self.g, self.d = generator, discriminator
+        self.latent_size = int(generator.input_shape[-1])
+        self.weights = [float(w) for w in loss_weights]
+        self.label_flip = float(label_flip)
+        self.g_opt = self.wrap_optimizer(keras.optimizers.RMSprop(learning_rate, rho=rho))
+        self.d_opt = self.wrap_optimizer(keras.optimizers.RMSprop(learning_rate, rho=rho))
+        # Built now, so their state exists before it is broadcast from rank 0.
+        self.g_opt.build(self.g.trainable_variables)
+        self.d_opt.build(self.d.trainable_variables)
+
+    def wrap_optimizer(self, optimizer):
+        """The optimiser as the backend uses it (float16's loss scaling wraps it)."""
+        return optimizer
+
+    # -- the state a checkpoint holds, in its one order -------------------------------------
+    def model_variables(self) -> list:
+        """Every weight and BatchNorm statistic of G, then of D (no seed states)."""
+        return [v for v in self.g.variables + self.d.variables if not is_seed(v)]
+
+    def optimizer_variables(self) -> list:
+        """G's optimiser's variables, then D's."""
+        return list(self.g_opt.variables) + list(self.d_opt.variables)
+
+    def state_variables(self) -> list:
+        """What makes two ranks (or a resumed run) identical: models, then optimisers."""
+        self.sync_variables()
+        return self.model_variables() + self.optimizer_variables()
+
+    def sync_variables(self) -> None:
+        """Bring the Keras variables up to date (a backend that keeps the state elsewhere)."""
+
+    def dropout_seeds(self) -> int:
+        """How many Dropout seed states the two networks hold."""
+        return sum(is_seed(v) for v in self.g.variables + self.d.variables)
+
+    @staticmethod
+    def seed_words(seed: int, stream: int, epoch: int, n: int) -> list[np.ndarray]:
+        """``n`` seed states, (2,) uint32 each, for random stream ``stream`` (a rank, or a
+        device) in ``epoch``: different per stream, the same on a resume."""
+        words = np.random.SeedSequence([seed, stream, epoch]).generate_state(n)
+        return [np.array([int(w) & 0x7FFFFFFF, 0], dtype=np.uint32) for w in words]
+
+    # -- what every backend computes alike --------------------------------------------------
+    def weighted_losses(self, per_sample):
+        """(total, [total, bce, aux, ecal]) of one update (:func:`weighted`)."""
+        return weighted(self.weights, per_sample)
+
+    def draws_from(self, uniform, normal, batch_size) -> dict:
+        """The step's per-sample random inputs from the backend's samplers (:func:`draws`)."""
+        return draws(uniform, normal, batch_size, self.latent_size, self.label_flip)
+
+    # -- the backend's part -----------------------------------------------------------------
+    def train_step(self, batch: dict, draws: dict | None = None, *, training: bool = True,
+                   local: bool = False):
+        raise NotImplementedError
+
+    def eval_sums(self, batch: dict, draws: dict):
+        raise NotImplementedError
+
+    def broadcast_state(self) -> None:
+        raise NotImplementedError
+
+    def average_batch_statistics(self) -> None:
+        raise NotImplementedError
+
+    def average_state(self) -> int:
+        raise NotImplementedError(f"{type(self).__name__} has no local SGD")
+
+    def reseed(self, seed: int, rank: int, epoch: int) -> None:
+        raise NotImplementedError
+
+    def set_learning_rate(self, lr: float) -> None:
+        raise NotImplementedError
+
+
+# train.backend -> the module whose BACKEND (how processes join, how ``auto`` precision resolves,
+# what it refuses, its step) implements it; imported on demand: the JAX backend must set
+# KERAS_BACKEND before keras is first imported.
+BACKENDS = {"horovod": "gan3d.gan.horovod", "jax": "gan3d.gan.jax.backend"}
+
+
+def get(name: str):
+    """The backend called ``name`` (``train.backend``): ``prepare()``, ``check(cfg)``,
+    ``init()``, ``resolve(cfg)`` and ``build_step(cfg)``."""
+    if name not in BACKENDS:
+        from ..exceptions import ConfigError
+
+        raise ConfigError(f"train.backend = {name!r}: choose one of {', '.join(BACKENDS)}")
+    return importlib.import_module(BACKENDS[name]).BACKEND

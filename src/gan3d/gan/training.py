@@ -9,7 +9,7 @@ One process per worker, all running the same function; world size 1 is the same 
     train_on_engines(cfg, workers=2)                 # ipyparallel MPI engines (parallel.cluster)
 
 The backend (``train.backend``: Horovod on TensorFlow, or JAX) plugs in how the processes join,
-how ``auto`` precision resolves and the step itself (:mod:`gan3d.gan.backend`); everything else
+how ``auto`` precision resolves and the step itself (:mod:`gan3d.gan.step`); everything else
 here - data shards, learning-rate rules, evaluation, monitors, history, checkpoints - is one code
 for both. This module imports neither TensorFlow nor Keras at import time: the JAX backend sets
 Keras' backend first.
@@ -17,7 +17,7 @@ Keras' backend first.
 The canonical Horovod order: ``distributed.init()`` first (threads = cores / local ranks, MPI
 yielding), learning rate x workers (optionally warmed up linearly), a disjoint data shard per rank
 (:class:`gan3d.data.sharding.ShardedShowers`), models AND optimiser state broadcast from rank 0,
-per-rank seeds, explicit gradient averaging in every update (:mod:`gan3d.gan.step`), logging and files from
+per-rank seeds, explicit gradient averaging in every update (:mod:`gan3d.gan.horovod`), logging and files from
 rank 0 only. Lines that talk to other ranks are marked ``DISTRIBUTED``.
 
 Outputs in ``resolve_path(cfg.train.output)`` (rank 0 writes; every file atomically):
@@ -65,11 +65,13 @@ from ..io import ensure_dir, provenance, remove_temporaries, write_json
 from ..parallel import distributed
 from ..paths import resolve_path
 from ..validation import monitors
-from . import backend, checkpoints
+from . import checkpoints
 from .history import (HISTORY_FIELDS, HISTORY_SCHEMA, HistoryRow, Progress, TensorBoard,
                       read_history, write_history)
 from .history import LOSSES as _LOSSES
 from .local_sgd import LocalSync
+from .step import E_RANGE
+from .step import get as backend_named
 
 log = console.get_logger(__name__)
 
@@ -154,7 +156,7 @@ def data_files(cfg: Config, workers: int = 1) -> tuple[list[str], list[str]]:
 
 def build_step(cfg: Config):
     """The step of ``cfg.train.backend`` with rank 0's initial weights (before the broadcast)."""
-    return backend.get(cfg.train.backend).build_step(cfg)
+    return backend_named(cfg.train.backend).build_step(cfg)
 
 
 def _prepare_output(cfg: Config, out: Path, resume: bool) -> None:
@@ -187,7 +189,7 @@ def train(cfg: Config, *, resume: bool = False) -> TrainResult:
     ConfigError before the first step, NonFiniteLoss at the step whose loss is NaN/inf (the last
     good checkpoint stays in place). Returns the same :class:`TrainResult` on every rank.
     """
-    be = backend.get(cfg.train.backend)
+    be = backend_named(cfg.train.backend)
     be.prepare()  # the JAX backend: Keras on JAX, before keras is imported
     be.check(cfg)
     world = be.init()  # DISTRIBUTED: first thing, before TensorFlow or JAX runs an op
@@ -397,7 +399,7 @@ class _EvalNoise:
     every epoch see the same fakes, so their test losses are comparable."""
 
     def __init__(self, cfg: Config, world, test_files):
-        from .losses import E_RANGE
+        from .step import E_RANGE
 
         t = cfg.train
         window = cfg.data.theta_window or None

@@ -218,7 +218,7 @@ def measure_step_rate(cfg, steps: int = 5, warmup: int = 2, *, data: str = "rand
 def _rate_batches(cfg, world, data: str):
     b = cfg.train.batch_size
     if data == "random":
-        from ..gan.losses import E_RANGE
+        from ..gan.step import E_RANGE
 
         rng = np.random.default_rng([cfg.train.seed, world.rank])
         image = (rng.gamma(0.05, 2.0, (b, 25, 25, 25, 1)) * (rng.random((b, 25, 25, 25, 1)) < 0.3))

@@ -214,7 +214,7 @@ def step_precision(step) -> str:
 
 def profile_step(step, batch: int, *, repeats: int = 3, step_repeats: int = 3,
                  progress: bool = True) -> dict:
-    """Time every pass of every layer of ``step`` (a :class:`gan3d.gan.step.GanStep`) at
+    """Time every pass of every layer of ``step`` (a :class:`gan3d.gan.horovod.HorovodStep`) at
     ``batch``, and the whole step, in this process; set them against :func:`ceilings`.
 
     Returns ``{"batch", "precision", "ceilings", "layers": [...], "step": {...}}``; each layer has

@@ -53,7 +53,7 @@ def _gpu() -> tuple[int, int] | None:
 
 
 class JaxBackend:
-    """Keras 3 on JAX with ``lax.pmean`` all-reduces (:mod:`gan3d.gan.backend`'s contract)."""
+    """Keras 3 on JAX with ``lax.pmean`` all-reduces (the five methods of :class:`gan3d.gan.horovod.HorovodBackend`)."""
 
     name = "jax"
 

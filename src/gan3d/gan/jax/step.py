@@ -1,7 +1,7 @@
 """The 3DGAN step on Keras 3's JAX backend (``train.backend: jax``): one compiled function.
 
-The same step as :mod:`gan3d.gan.step` (its order, losses and draws are :mod:`gan3d.gan.losses`',
-its optimisers and state order :class:`gan3d.gan.backend.Step`'s) - D on a real batch (labels flipped with p =
+The same step as the Horovod backend's (its order, losses and draws, optimisers and state order are
+:mod:`gan3d.gan.step`'s) - D on a real batch (labels flipped with p =
 ``label_flip``), D on ``G(E' z)`` with G in inference mode, then G twice through D whose weights
 are not trained, each update ``w0 BCE + w1 MAPE(E) + w2 MAPE(ECAL sum)`` with RMSprop, learning
 rate scaled by the loop - written with Keras' stateless API (``stateless_call``,
@@ -27,9 +27,8 @@ import inspect
 import keras
 import numpy as np
 
-from .. import losses
-from ..backend import Step
-from ..losses import is_seed as _is_seed
+from ..step import DRAW_NAMES, Step, ecal_target, eval_sums, gan_step, parts
+from ..step import is_seed as _is_seed
 
 __all__ = ["JaxStep"]
 
@@ -46,7 +45,7 @@ def _shard_map():
 
 class JaxStep(Step):
     """Models, RMSprop state and the compiled data-parallel step on the JAX backend; the same
-    methods as :class:`gan3d.gan.step.GanStep` that the training loop calls."""
+    methods as :class:`gan3d.gan.horovod.HorovodStep` that the training loop calls."""
 
     def __init__(self, generator: keras.Model, discriminator: keras.Model, **settings):
         import jax
@@ -79,7 +78,7 @@ class JaxStep(Step):
         self._rep = self._loc = None
 
     def reseed(self, seed: int, rank: int, epoch: int) -> None:
-        """Random states of every local device from (seed, device, epoch), as GanStep per rank;
+        """Random states of every local device from (seed, device, epoch), as HorovodStep per rank;
         loads the Keras variables into the step's arrays."""
         self.sync_variables()
         self._seeds = self._seed_states(seed, rank, epoch)
@@ -109,7 +108,7 @@ class JaxStep(Step):
                                                  self.d.trainable_variables,
                                                  self.g_opt.variables, self.d_opt.variables)]
         self._rep = [[self._global(a, P()) for a in group] for group in rep]
-        def seeds(k):  # (local devices, 2) uint32 states, as GanStep.reseed sets them
+        def seeds(k):  # (local devices, 2) uint32 states, as HorovodStep.reseed sets them
             return np.stack([words[k] for words in self._seeds])
 
         loc, k = [], 1
@@ -165,7 +164,7 @@ class JaxStep(Step):
     def train_step(self, batch: dict, draws: dict | None = None, *, training: bool = True,
                    local: bool = False):
         """One step on this process's ``batch``; returns the (8,) losses, mean over devices.
-        ``draws`` (per-sample random inputs as :meth:`GanStep.draw`) replaces the step's own."""
+        ``draws`` (per-sample random inputs as :meth:`HorovodStep.draw`) replaces the step's own."""
         import jax.numpy as jnp
         from jax.sharding import PartitionSpec as P
 
@@ -205,7 +204,7 @@ class JaxStep(Step):
     def _draw(self, key, b):
         import jax
 
-        k = jax.random.split(key, 1 + len(losses.DRAW_NAMES))
+        k = jax.random.split(key, 1 + len(DRAW_NAMES))
         keys = iter(k[1:])  # one key per draw, in the order they are drawn
         return k[0], self.draws_from(
             lambda shape, lo, hi: jax.random.uniform(next(keys), shape, minval=lo, maxval=hi),
@@ -221,21 +220,21 @@ class JaxStep(Step):
         image, energy, ecal = data
         if draws is None:
             key, draws = self._draw(key, image.shape[0])
-        # The step's state, threaded through the four updates in losses.gan_step's order.
+        # The step's state, threaded through the four updates in gan_step's order.
         s = {"gt": gt, "dt": dt, "gn": gn, "dn": dn,
              "go": [lr if i == self._lr_index else v for i, v in enumerate(go)],
              "do": [lr if i == self._lr_index else v for i, v in enumerate(do)]}
 
         def d_loss(dt, dn, x, labels, e, ec):
             out, dn = self.d.stateless_call(dt, dn, x, training=training)
-            total, record = self.weighted_losses(losses.parts(out, labels, e, ec))
+            total, record = self.weighted_losses(parts(out, labels, e, ec))
             return total, (record, dn)
 
         def g_loss(gt, gn, dn, z, e):
             fake, gn = self.g.stateless_call(gt, gn, e[:, None] * z, training=training)
             out, dn = self.d.stateless_call(s["dt"], dn, fake, training=training)
             total, record = self.weighted_losses(
-                losses.parts(out, keras.ops.ones_like(e), e, losses.ecal_target(e)))
+                parts(out, keras.ops.ones_like(e), e, ecal_target(e)))
             return total, (record, gn, dn)
 
         def d_update(x, labels, e, ec):
@@ -255,13 +254,13 @@ class JaxStep(Step):
         def generate(latent):  # G in inference mode, its current weights
             return self.g.stateless_call(s["gt"], s["gn"], latent, training=False)[0]
 
-        step_losses = losses.gan_step(image, energy, ecal, draws, d_update, g_update, generate)
+        step_losses = gan_step(image, energy, ecal, draws, d_update, g_update, generate)
         loc = jax.tree.map(lambda a: a[None], [s["gn"], s["dn"], key])
         return [s["gt"], s["dt"], s["go"], s["do"]], loc, pmean(step_losses)  # DISTRIBUTED
 
     # -- evaluation -------------------------------------------------------------------------
     def eval_sums(self, batch: dict, draws: dict):
-        """Summed test losses of this process's batch, as :meth:`GanStep.eval_sums`."""
+        """Summed test losses of this process's batch, as :meth:`HorovodStep.eval_sums`."""
         self.sync_variables()
         values = [[v.value for v in vs] for vs in (self.g.trainable_variables,
                                                   self.g.non_trainable_variables,
@@ -274,7 +273,7 @@ class JaxStep(Step):
         gt, gn, dt, dn = values
         g = lambda x: self.g.stateless_call(gt, gn, x, training=False)[0]  # noqa: E731
         d = lambda x: self.d.stateless_call(dt, dn, x, training=False)[0]  # noqa: E731
-        return losses.eval_sums(self.weights, g, d, batch["image"], batch["energy"].reshape(-1),
+        return eval_sums(self.weights, g, d, batch["image"], batch["energy"].reshape(-1),
                                 batch["ecal_sum"].reshape(-1), draws, self.latent_size)
 
 
