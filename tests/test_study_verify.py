@@ -57,6 +57,43 @@ def test_a_run_is_current_only_where_a_check_of_this_version_covered_its_kind():
     assert study.stale(legacy) == sorted(ids)
 
 
+def test_the_code_version_ignores_docstrings_comments_and_imports_but_not_code():
+    source = 'import os\n\n\ndef f(x):\n    """Twice."""\n    return 2 * x\n'
+    same = ('"""A module."""\nfrom pathlib import Path  # moved\n\n\ndef f(x):\n'
+            '    """Two times x, reworded."""\n    # a comment\n    return 2 * x\n')
+    assert plan.code_of(source) == plan.code_of(same)
+    assert plan.code_of(source) != plan.code_of(source.replace("2 * x", "x * 2"))
+    assert plan.code_of(source) != plan.code_of(source.replace("return", "y = 0\n    return"))
+
+
+def test_warm_start_runs_are_current_only_where_a_check_covered_their_kind():
+    from gan3d.convergence import warmstart
+
+    now, old = warmstart.code_hash(), "0123456789abcdef"
+    runs = {"1w-s0": {"workers": 1, "precision": "float32", "code_hash": old},
+            "2w-none-s0": {"workers": 2, "sync_every": 1, "precision": "float32",
+                           "code_hash": old},
+            "2w-linear-k16-s0": {"workers": 2, "sync_every": 16, "precision": "float32",
+                                 "code_hash": old},
+            "1w-bf16-s0": {"workers": 1, "precision": "bfloat16", "code_hash": old},
+            "2w-sqrt-s0": {"workers": 2, "sync_every": 1, "code_hash": now}}
+    assert [warmstart.run_kind(r) for r in runs.values()] == [
+        "1w", "allreduce", "local-sgd", "bfloat16", "allreduce"]
+    results = {"runs": runs}
+    assert verify.stale_runs(results, warmstart.SUBJECT) == sorted(set(runs) - {"2w-sqrt-s0"})
+    results["checks"] = {now: {"same_as": old, "kinds": {"1w": {}, "allreduce": {}}}}
+    assert verify.stale_runs(results, warmstart.SUBJECT) == ["1w-bf16-s0", "2w-linear-k16-s0"]
+    results["checks"] = {old: {"same_as": now, "kinds": dict.fromkeys(warmstart.SUBJECT.kinds)}}
+    assert len(verify.stale_runs(results, warmstart.SUBJECT)) == 4  # a check of another version
+    cfg = config.resolve("quick", {})
+    for kind in warmstart.SUBJECT.kinds:  # each check shortens a run of its own kind
+        short, run_id = warmstart.SUBJECT.short(cfg, kind, 256)
+        entry = {"workers": short.train.workers, "sync_every": short.train.sync_every,
+                 "precision": short.train.precision}
+        assert warmstart.run_kind(entry) == kind and short.train.fork_from
+        assert short.train.data_order == "global" and short.train.epochs - 26 == 2
+
+
 def test_each_kind_of_run_maps_to_the_check_that_covers_it():
     cases = {("eq", 1, "linear", 1): "1w", ("eq", 2, "linear", 1): "allreduce",
              ("eq", 2, "none", 1): "allreduce", ("lr", 4, "sqrt", 1): "allreduce",
@@ -140,12 +177,13 @@ def _reference(tmp_path, name: str, edits: dict[str, tuple[str, str]]) -> Path:
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_verify_code_keeps_a_study_current_only_for_code_that_trains_every_kind_alike(tmp_path):
-    """A reference that differs by a comment in a hashed module: another version, the same
-    trainings of local SGD on 2 MPI ranks; the study of that kind becomes current. A reference
+    """A reference that differs by a statement that changes no number in a hashed module:
+    another version, the same trainings of local SGD on 2 MPI ranks; the study of that kind
+    becomes current. A reference
     whose local SGD synchronises at other steps (which no 1-worker run executes, so the old
     one-run check passed it) is caught by the local-SGD check."""
     comment = {"gan/history.py": ("from __future__ import annotations\n",
-                                  "from __future__ import annotations\n# no number changes\n")}
+                                  "from __future__ import annotations\n_UNUSED = 0\n")}
     ref = _reference(tmp_path, "same", comment)
     env_hash = reference_hash(ref)
     assert env_hash != plan.code_hash()

@@ -145,3 +145,18 @@ def test_a_verdict_line_rounds_and_says_what_is_not_finite():
     for nothing in (None, float("nan")):
         assert warmstart.describe({**row, "seeds_needed": nothing}).endswith("margin +-0.5)")
     assert warmstart.describe({**row, "diff": float("nan")}).count("n/a") == 2
+
+
+def test_the_committed_study_is_current_for_this_checkouts_training_code():
+    """Main may add runs to studies/warm_start.json only where a behavioural check showed that
+    its training code makes the runs already there, bit for bit, of every kind they are; a change
+    that trains otherwise fails here (and `gan3d warm-start` refuses) rather than mix numbers."""
+    from pathlib import Path
+
+    from gan3d.convergence.verify import stale_runs
+
+    committed = warmstart.load(Path(__file__).resolve().parents[1] / "studies" / "warm_start.json")
+    old = stale_runs(committed, warmstart.SUBJECT)
+    assert old == [], (
+        f"{len(old)} run(s) of studies/warm_start.json were made by other training code: run "
+        "`gan3d warm-start --verify-code COMMIT` from a clean checkout")

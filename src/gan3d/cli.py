@@ -218,6 +218,14 @@ def _warm_parser(sub) -> None:
                    help="then add seeds (up to 10) until the first candidate decides K of its 8 "
                         "quantities")
     w.add_argument("--status", action="store_true", help="say how far the study is; run nothing")
+    w.add_argument("--verify-code", metavar="COMMIT|DIR",
+                   help="show that this checkout's training code makes the study's numbers (short "
+                        "forked runs of every kind it holds, with this checkout and with the "
+                        "package that made it, equal bit for bit); then this checkout may add runs")
+    w.add_argument("--kinds", metavar="K,K", help="with --verify-code: check these kinds of run "
+                   "(1w, allreduce, local-sgd, bfloat16) instead of the study's own")
+    w.add_argument("--showers", type=int, default=256,
+                   help="with --verify-code: showers of each short run (default 256)")
     w.add_argument("--allow-dirty", action="store_true", help="write into studies/ from a tree "
                    "with uncommitted changes (marked clean: false)")
 
@@ -226,7 +234,15 @@ def _cmd_warm(args: argparse.Namespace) -> int:
     from .convergence import warmstart
 
     cfg = _config(args)
-    if not args.status:
+    if args.verify_code:
+        entry = warmstart.verify(cfg, args.verify_code, showers=args.showers,
+                                 kinds=args.kinds.split(",") if args.kinds else None,
+                                 allow_dirty=args.allow_dirty)
+        print("every run has this checkout's code version: nothing to verify" if entry is None
+              else f"{cfg.warm.output}: this checkout's code makes the study's numbers in "
+              + "; ".join(f"{k} ({c['compared']})" for k, c in entry["kinds"].items())
+              + "".join(f"; {k} not checked: {why}" for k, why in entry["not_checked"].items()))
+    elif not args.status:
         warmstart.run_warm(cfg, max_runs=args.max_runs, until_decided=args.until_decided,
                            allow_dirty=args.allow_dirty)
     state, res = warmstart.status(cfg), warmstart.load(cfg.warm.output)

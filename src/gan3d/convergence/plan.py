@@ -2,13 +2,16 @@
 keeps of each (see :mod:`gan3d.convergence.study` for the blocks).
 
 :func:`code_hash` names the version of the modules that determine those numbers (this one
-included). It is an identity, not the test of equality: runs made by another version are current
-when a behavioural check (:mod:`gan3d.convergence.verify`) has shown, for every kind of run the
-study holds (:func:`run_kind`), that this version trains them to the same bits.
+included): their code without docstrings, comments, imports or formatting, so that moving a module
+or rewording its documentation leaves it unchanged. It is an identity, not the test of equality:
+runs made by another version are current when a behavioural check
+(:mod:`gan3d.convergence.verify`) has shown, for every kind of run the study holds
+(:func:`run_kind`), that this version trains them to the same bits.
 """
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import hashlib
 from pathlib import Path
@@ -19,11 +22,11 @@ from ..config import Config
 from ..exceptions import ConfigError
 from ..paths import resolve_path
 
-__all__ = ["Run", "plan", "run_config", "run_kind", "code_hash", "summarise_history",
+__all__ = ["Run", "plan", "run_config", "run_kind", "code_hash", "code_of", "summarise_history",
            "COMPONENTS", "SUMMARY", "KINDS"]
 
 # The modules whose code determines a run's numbers (not the plots, notebooks or CLI).
-COMPONENTS = ("gan/losses.py", "gan/backend.py", "gan/step.py", "gan/model.py",
+COMPONENTS = ("gan/step.py", "gan/horovod.py", "gan/model.py",
               "gan/cpu_layers.py", "gan/training.py", "gan/local_sgd.py", "gan/history.py",
               "gan/checkpoints.py", "data/showers.py", "data/calorimeter.py", "data/generate.py",
               "data/sharding.py", "data/files.py", "parallel/distributed.py", "parallel/jobs.py",
@@ -118,14 +121,29 @@ def run_kind(run: dict | Run) -> str:
 
 
 def code_hash() -> str:
-    """SHA-256 (16 hex digits) of :data:`COMPONENTS`: equal hashes, equal training code."""
+    """SHA-256 (16 hex digits) of :data:`COMPONENTS`' code (:func:`code_of`): equal hashes,
+    equal training code."""
     root = Path(__file__).resolve().parent.parent
     h = hashlib.sha256()
     for name in COMPONENTS:
-        h.update(name.encode())
         path = root / name
-        h.update(path.read_bytes() if path.is_file() else b"")
+        h.update(code_of(path.read_text()).encode() if path.is_file() else b"")
     return h.hexdigest()[:16]
+
+
+def code_of(source: str) -> str:
+    """What of a module's ``source`` can change a number: its syntax tree without docstrings
+    and imports (where a function comes from is not what it computes)."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if not isinstance(body, list):
+            continue
+        kept = [n for n in body if not isinstance(n, (ast.Import, ast.ImportFrom)) and not (
+            isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)
+            and isinstance(n.value.value, str))]
+        node.body = kept or [ast.Pass()]
+    return ast.dump(tree)
 
 
 def summarise_history(rows: list[dict], energies: tuple[str, ...] | None = None) -> list[dict]:

@@ -47,7 +47,7 @@ from .plan import Run, code_hash, plan, run_config, summarise_history
 
 log = console.get_logger(__name__)
 
-__all__ = ["run_study", "load", "stale", "status", "verify"]
+__all__ = ["run_study", "load", "stale", "status", "verify", "finite_json"]
 
 def load(path: str | Path) -> dict:
     """The results file (an empty study if it does not exist yet)."""
@@ -61,13 +61,9 @@ def stale(results: dict) -> list[str]:
     """Ids of the runs this checkout's training code is not known to make (empty: all current):
     runs of another code version, unless a behavioural check of this version
     (:func:`gan3d.convergence.verify.verify_code`) covered their kind of run."""
-    from .plan import run_kind
-    from .verify import covered
+    from .verify import stale_runs
 
-    now = code_hash()
-    kinds = covered(results, now)
-    return sorted(i for i, r in results.get("runs", {}).items()
-                  if r.get("code_hash") != now and run_kind(r) not in kinds)
+    return stale_runs(results)
 
 
 def _harvest(cfg: Config, results: dict, runs: list[Run], seconds: float) -> list[str]:
@@ -137,8 +133,8 @@ def _save(out: Path, results: dict, allow_dirty: bool = False, mark: bool = True
 
     ks = sorted({r["sync_every"] for r in results["runs"].values()} | {1})
     try:
-        results["verdicts"] = _finite(analysis.verdicts(results))
-        results["communication_table"] = _finite(analysis.communication_table(results, ks))
+        results["verdicts"] = finite_json(analysis.verdicts(results))
+        results["communication_table"] = finite_json(analysis.communication_table(results, ks))
     except Exception as exc:  # noqa: BLE001 - the runs are hours of work: write them regardless
         log.warning("study: the verdicts could not be computed (%s: %s); the runs are saved "
                     "without them", type(exc).__name__, exc)
@@ -146,13 +142,14 @@ def _save(out: Path, results: dict, allow_dirty: bool = False, mark: bool = True
           allow_dirty=allow_dirty, mark=mark)
 
 
-def _finite(value):
+def finite_json(value):
+    """``value`` with every non-finite float as None (JSON has no NaN)."""
     if isinstance(value, float):
         return value if np.isfinite(value) else None
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {k: finite_json(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_finite(v) for v in value]
+        return [finite_json(v) for v in value]
     return value
 
 

@@ -1,11 +1,13 @@
 """Keep a committed study current by behaviour: the same short runs, bit for bit, by two codes.
 
-A study's runs carry the version of the training code that made them
-(:func:`gan3d.convergence.plan.code_hash`, an identity of its modules' bytes). When this checkout
-has another version, :func:`verify_code` decides by experiment whether it still makes the study's
-numbers: for every kind of run the study holds (:func:`gan3d.convergence.plan.run_kind` - one
-worker; two workers with the gradient all-reduce; local SGD with k > 1; the lr warm-up) it trains
-a short run of that kind (the study's own configuration, seed 0, shortened to ``showers``) twice
+A study's runs carry the version of the training code that made them (``code_hash`` of the
+study's module, :data:`CONVERGENCE` or the warm-start study's ``SUBJECT``: an identity of the
+code, not the test of equality). When this checkout has another version, :func:`verify_code`
+decides by experiment whether it still makes the study's numbers: for every kind of run the study
+holds (the convergence study: one worker; two workers with the gradient all-reduce; local SGD
+with k > 1; the lr warm-up - the warm-start study: the same forked from its checkpoint in the
+global data order, and bfloat16) it trains a short run of that kind (the study's own
+configuration, seed 0, shortened to ``showers``) twice
 on this machine: once with this checkout and once with a *reference* copy of the package that
 made the study, each from the synthetic data its own code generates, launched by each package's
 own job runner on the same number of MPI ranks and threads. Every number of every history row
@@ -19,8 +21,9 @@ When every kind passes, the results file records under ``checks`` (keyed by this
 version) the study's version, the reference's commit, this checkout's commit (refused from a
 tree with uncommitted changes unless asked, and then marked: :func:`gan3d.records.require_clean`,
 the check a write into ``studies/`` makes), the kinds checked with what was
-compared, and the machine. :func:`gan3d.convergence.study.stale` counts a run as current when its
-own version is this checkout's, or when such a check covers its kind.
+compared, and the machine. :func:`stale_runs` counts a run as current when its own version is
+this checkout's, or when such a check of this version covers its version and its kind; then this
+checkout may add runs to the study.
 
 The reference is a commit of this repository (``gan3d study --verify-code 244eb25``: its
 ``src/gan3d`` is extracted with ``git archive``, and the commit is recorded) or a folder holding a
@@ -31,14 +34,16 @@ ref/src``).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime
+import importlib
 import json
 import os
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
-from typing import Sequence, TypedDict
+from typing import Callable, Sequence, TypedDict
 
 import h5py
 import numpy as np
@@ -51,13 +56,14 @@ from ..io import ensure_dir, write_json
 from ..parallel.launch import launch
 from ..paths import resolve_path
 from ..records import require_clean
-from .plan import KINDS, Run, code_hash, run_config, run_kind
+from .plan import KINDS, Run, run_config, run_kind
 
 log = console.get_logger(__name__)
 
-__all__ = ["StudyCodeDiffers", "StudyCheck", "verify_code", "compare_runs", "package_root",
-           "reference_hash", "reference_config", "reference_runner", "reference_package",
-           "kind_run", "needed_kinds", "covered", "CHECK_SCHEMA"]
+__all__ = ["StudyCodeDiffers", "StudyCheck", "Subject", "CONVERGENCE", "verify_code",
+           "compare_runs", "package_root", "reference_hash", "reference_config",
+           "reference_runner", "reference_package", "kind_run", "needed_kinds", "stale_runs",
+           "CHECK_SCHEMA"]
 
 CHECK_SCHEMA = 1
 _TIMING = ("time_", "showers_per_s", "timed", "threads")
@@ -87,6 +93,30 @@ class StudyCheck(TypedDict):
     not_checked: dict[str, str]   # kind -> why not
     machine: dict
     checked: str                  # date (UTC)
+
+
+@dataclasses.dataclass(frozen=True)
+class Subject:
+    """What a behavioural check needs of a study."""
+
+    module: str                                   # whose code_hash() names a run's version
+    kinds: tuple[str, ...]                        # every kind of run it can hold, in check order
+    kind_of: Callable[[dict], str]                # a results entry -> its kind
+    short: Callable[[Config, str, int], tuple[Config, str]]  # (cfg, kind, showers) -> run, id
+    workdir: Callable[[Config], str]              # the study's scratch folder
+
+    def version(self) -> str:
+        return importlib.import_module(self.module).code_hash()
+
+
+def _convergence_short(cfg: Config, kind: str, showers: int) -> tuple[Config, str]:
+    run, extra = kind_run(cfg, kind)
+    short = cfg.replace(**{"study.showers": showers, "study.points": 2})
+    return run_config(short, run).replace(**extra), run.id  # named error if showers won't divide
+
+
+CONVERGENCE = Subject("gan3d.convergence.plan", KINDS, run_kind, _convergence_short,
+                      lambda cfg: cfg.study.workdir)
 
 
 def package_root(reference: str | Path) -> Path:
@@ -131,9 +161,9 @@ def reference_package(reference: str | Path, work: Path) -> tuple[Path, str | No
     return package_root(dest / "src"), sha
 
 
-def reference_hash(root: Path) -> str:
+def reference_hash(root: Path, module: str = "gan3d.convergence.plan") -> str:
     """The code version of the package under ``root``, computed by that package's own code."""
-    return _ask(root, "from gan3d.convergence.plan import code_hash; print(code_hash())")
+    return _ask(root, f"from {module} import code_hash; print(code_hash())")
 
 
 def reference_runner(root: Path | None) -> str:
@@ -208,10 +238,10 @@ def compare_runs(a: Path, b: Path) -> tuple[int, int]:
     return numbers, sum(int(w.size) for w in wa.values())
 
 
-def needed_kinds(results: dict) -> list[str]:
-    """The kinds of run the study in ``results`` holds, in :data:`KINDS` order."""
-    held = {run_kind(r) for r in results.get("runs", {}).values()}
-    return [k for k in KINDS if k in held]
+def needed_kinds(results: dict, subject: Subject = CONVERGENCE) -> list[str]:
+    """The kinds of run the study in ``results`` holds, in the subject's order."""
+    held = {subject.kind_of(r) for r in results.get("runs", {}).values()}
+    return [k for k in subject.kinds if k in held]
 
 
 def kind_run(cfg: Config, kind: str) -> tuple[Run, dict]:
@@ -246,30 +276,30 @@ def _train(root: Path | None, config: dict, workers: int, work: Path, name: str,
 
 def verify_code(cfg: Config, reference: str | Path, results: dict, *, showers: int = 256,
                 kinds: Sequence[str] | None = None, allow_dirty: bool = False,
-                timeout: float = 3600) -> StudyCheck | None:
+                timeout: float = 3600, subject: Subject = CONVERGENCE) -> StudyCheck | None:
     """Check this checkout against ``reference`` on short runs of each kind the study holds
     (``kinds``: these instead; see the module). Returns the :class:`StudyCheck` added to
-    ``results["checks"]`` (None when this checkout already has the study's version); the caller
-    saves. Raises :class:`StudyCodeDiffers` at the first difference."""
-    study_hashes = {r.get("code_hash") for r in results.get("runs", {}).values()}
+    ``results["checks"]`` (None when every run has this checkout's version); the caller saves.
+    Raises :class:`StudyCodeDiffers` at the first difference."""
+    now = subject.version()
+    study_hashes = {r.get("code_hash") for r in results.get("runs", {}).values()} - {now}
+    if not study_hashes:
+        return None
     if len(study_hashes) != 1:
-        raise StudyCodeDiffers(f"the results hold runs of {len(study_hashes)} code versions "
+        raise StudyCodeDiffers(f"the results hold runs of {len(study_hashes)} other code versions "
                                f"({sorted(map(str, study_hashes))}); verify needs exactly one")
     (study_hash,) = study_hashes
-    now = code_hash()
-    if now == study_hash:
-        return None
     # the check must name code that exists: the same refusal as a write into studies/
     state = require_clean(allow_dirty, what="this checkout (whose code the check would name)",
                           marked="the check")
     commit, clean = state.commit, state.clean is True
-    work = ensure_dir(resolve_path(cfg.study.workdir) / "verify-code")
+    work = ensure_dir(resolve_path(subject.workdir(cfg)) / "verify-code")
     root, ref_commit = reference_package(reference, work)
-    ref_hash = reference_hash(root)
+    ref_hash = reference_hash(root, subject.module)
     if ref_hash != study_hash:
         raise StudyCodeDiffers(f"{reference} holds training code {ref_hash}; the study was made "
                                f"by {study_hash}: give a copy of the package that made it")
-    wanted = list(kinds) if kinds else needed_kinds(results)
+    wanted = list(kinds) if kinds else needed_kinds(results, subject)
     not_checked = {}
     if "bfloat16" in wanted and not runtime.cpu_has_bf16():
         wanted.remove("bfloat16")
@@ -277,22 +307,21 @@ def verify_code(cfg: Config, reference: str | Path, results: dict, *, showers: i
     if "bfloat16" not in wanted and "bfloat16" not in not_checked and \
             all(r.get("precision", "float32") == "float32" for r in results["runs"].values()):
         not_checked["bfloat16"] = "the study holds float32 runs only"
-    short = cfg.replace(**{"study.showers": showers, "study.points": 2})
     done: dict[str, KindCheck] = {}
     for kind in wanted:
-        run, extra = kind_run(cfg, kind)
-        base = run_config(short, run).replace(**extra)  # named error if showers won't divide
+        base, run_id = subject.short(cfg, kind, showers)
+        workers = base.train.workers
         folders = {}
         for name, pkg in (("this", None), ("reference", root)):
             c = base.replace(**{"data.path": str(work / name / "data"),
                                 "train.output": str(work / name / kind)})
             config = to_dict(c) if pkg is None else reference_config(root, to_dict(c))
-            log.info("verify-code: %s (%d worker(s), %d showers) with %s code", kind, run.workers,
+            log.info("verify-code: %s (%d worker(s), %d showers) with %s code", kind, workers,
                      showers, name)
-            _train(pkg, config, run.workers, work, f"{name}-{kind}", timeout)
+            _train(pkg, config, workers, work, f"{name}-{kind}", timeout)
             folders[name] = work / name / kind
         numbers, weights = compare_runs(folders["this"], folders["reference"])
-        done[kind] = {"run": run.id, "workers": run.workers, "showers": showers,
+        done[kind] = {"run": run_id, "workers": workers, "showers": showers,
                       "compared": f"{numbers} history numbers and {weights} generator weights",
                       "equality": "bit for bit"}
         log.info("verify-code: %s equal (%s)", kind, done[kind]["compared"])
@@ -318,11 +347,13 @@ def _cpu_model() -> str:
     return cpu_model() or platform.processor() or platform.machine()
 
 
-def covered(results: dict, version: str) -> set[str]:
-    """The kinds of run that a behavioural check of ``version`` showed to train like the study's
-    own version (empty: none)."""
-    entry = results.get("checks", {}).get(version)
-    if not entry:
-        return set()
-    study = {r.get("code_hash") for r in results.get("runs", {}).values()}
-    return set(entry.get("kinds", {})) if study == {entry.get("same_as")} else set()
+def stale_runs(results: dict, subject: Subject = CONVERGENCE) -> list[str]:
+    """Ids of the runs this checkout's training code is not known to make (empty: all current):
+    runs of another version, unless a behavioural check of this checkout's version showed it
+    to train their version's runs of their kind alike."""
+    now = subject.version()
+    entry = results.get("checks", {}).get(now) or {}
+    return sorted(i for i, r in results.get("runs", {}).items()
+                  if r.get("code_hash") != now and not (
+                      r.get("code_hash") == entry.get("same_as")
+                      and subject.kind_of(r) in entry.get("kinds", {})))

@@ -51,13 +51,15 @@ from ..paths import resolve_path
 from ..records import check_writable, stamp, write
 from . import analysis
 from .plan import code_hash as _training_hash
-from .plan import summarise_history
-from .study import _finite
+from .plan import code_of, summarise_history
+from .study import finite_json
+from .verify import Subject, stale_runs
 
 log = console.get_logger(__name__)
 
 __all__ = ["WarmRun", "parse", "plan", "run_config", "code_hash", "run_warm", "load", "status",
-           "verdicts", "also_verdicts", "ALSO", "decided", "describe", "QUANTITIES"]
+           "verdicts", "also_verdicts", "ALSO", "decided", "describe", "QUANTITIES", "SUBJECT",
+           "verify", "run_kind"]
 
 _NAME = re.compile(r"^(\d+)w(?:-(linear|sqrt|none))?(?:-k(\d+))?(-bf16)?$")
 QUANTITIES = tuple(analysis.MARGINS)  # the 8 quantities compared
@@ -155,9 +157,56 @@ def code_hash() -> str:
     recomputed from the runs at every save."""
     h = hashlib.sha256(_training_hash().encode())
     for fn in (parse, run_config):
-        h.update(inspect.getsource(fn).encode())
+        h.update(code_of(inspect.getsource(fn)).encode())
     h.update(_NAME.pattern.encode())
     return h.hexdigest()[:16]
+
+
+def run_kind(entry: dict) -> str:
+    """The kind of run a behavioural check of this study covers ``entry`` (a results entry) by:
+    ``1w``, ``allreduce`` (N workers, gradients all-reduced), ``local-sgd`` (k > 1) or
+    ``bfloat16``; every one forked from the checkpoint in the global data order."""
+    if entry.get("precision", "float32") == "bfloat16":
+        return "bfloat16"
+    if entry["workers"] == 1:
+        return "1w"
+    return "local-sgd" if entry.get("sync_every", 1) > 1 else "allreduce"
+
+
+_CHECKED = {"1w": "1w", "allreduce": "2w-linear", "local-sgd": "2w-linear-k16",
+            "bfloat16": "1w-bf16"}  # the configuration a check of each kind shortens
+
+
+def _short(cfg: Config, kind: str, showers: int) -> tuple[Config, str]:
+    """A check's short run of ``kind``: the study's configuration of seed 0 forked from the
+    checkpoint, ``showers`` showers over 2 evaluations of 64 showers per monitor energy, on a
+    data set of 2,000 showers of the checkpoint's kind (local SGD averages every 2 steps, so a
+    short run synchronises)."""
+    run = WarmRun(_CHECKED[kind], 0)
+    short = cfg.replace(**{"warm.showers": showers, "warm.points": 2, "warm.monitor_showers": 64})
+    extra = {"train.sync_every": 2} if kind == "local-sgd" else {}
+    return run_config(short, run).replace(**{"data.n_showers": 2000, "data.n_files": 8},
+                                          **extra), run.id
+
+
+SUBJECT = Subject("gan3d.convergence.warmstart", tuple(_CHECKED), run_kind, _short,
+                  lambda cfg: cfg.warm.workdir)
+
+
+def verify(cfg: Config, reference: str | Path, *, showers: int = 256,
+           kinds: list[str] | None = None, allow_dirty: bool = False) -> dict | None:
+    """:func:`gan3d.convergence.verify.verify_code` on ``warm.output``, saved when it passes:
+    then this checkout may add runs to the study."""
+    from .verify import verify_code
+
+    out = resolve_path(cfg.warm.output)
+    results = load(out)
+    check_writable(out, allow_dirty)
+    entry = verify_code(cfg, reference, results, showers=showers, kinds=kinds,
+                        allow_dirty=allow_dirty, subject=SUBJECT)
+    if entry is not None:  # the runs' provenance is theirs; the check records its checkout
+        _save(out, results, cfg, allow_dirty, mark=False)
+    return entry
 
 
 def load(path: str | Path) -> dict:
@@ -216,10 +265,12 @@ def run_warm(cfg: Config, *, max_runs: int | None = None, until_decided: int = 0
     out = resolve_path(cfg.warm.output)
     check_writable(out, allow_dirty)  # before hours of training, not after them
     results = load(out)
-    old = sorted(i for i, r in results["runs"].items() if r.get("code_hash") != code_hash())
+    old = stale_runs(results, SUBJECT)
     if old:
         raise Gan3dError(f"{out} holds {len(old)} run(s) made by other training code "
-                         f"({', '.join(old[:3])}...): move the file away to start again")
+                         f"({', '.join(old[:3])}...), which no behavioural check covers: run "
+                         "`gan3d warm-start --verify-code COMMIT` with the commit that made "
+                         "them, or move the file away to start again")
     start = parent(cfg)
     results.update(warm=to_dict(cfg)["warm"], code_hash=code_hash(),
                    parent={k: v for k, v in start.items() if k not in ("config", "file")},
@@ -308,14 +359,13 @@ def describe(v: dict) -> str:
             f"+-{num(v['margin'], '.3g')}" + (f"; ~{need} seeds to decide" if need else "") + ")")
 
 
-def _save(out: Path, results: dict, cfg: Config, allow_dirty: bool) -> None:
+def _save(out: Path, results: dict, cfg: Config, allow_dirty: bool, mark: bool = True) -> None:
     try:
-        results["verdicts"] = _finite(verdicts(results, cfg.warm.configs[0]))
+        results["verdicts"] = finite_json(verdicts(results, cfg.warm.configs[0]))
     except Exception as exc:  # noqa: BLE001 - the runs are hours of work: write them regardless
         log.warning("warm start: no verdicts (%s: %s); the runs are saved", type(exc).__name__, exc)
     write(ensure_dir(out.parent) / out.name, stamp(results, "warm_start"),
-          allow_dirty=allow_dirty)
-
+          allow_dirty=allow_dirty, mark=mark)
 
 
 def status(cfg: Config, results: dict | None = None) -> dict:
