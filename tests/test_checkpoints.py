@@ -91,7 +91,10 @@ def test_a_fork_restores_the_state_and_records_what_it_changes(tmp_path, gan_ste
         v.assign(np.zeros(v.shape, v.dtype.name if hasattr(v.dtype, "name") else v.dtype))
     child = parent.replace(**{"train.epochs": 6, "train.seed": 5, "train.sync_every": 16})
     # A run's folder names its newest checkpoint; 1 worker forks a 2-worker run.
-    done, history, record = checkpoints.fork(tmp_path / "run", variables, child, workers=1)
+    start = checkpoints.fork(tmp_path / "run", child, workers=1)
+    done, history, record = start.epoch, start.history, start.fork
+    assert start.source == str(path) and not start.resumed
+    checkpoints.restore(variables, start.source)
     assert all(np.array_equal(a, v.numpy()) for a, v in zip(saved, variables))
     assert (done, history) == (4, [{"epoch": 4, "showers_seen": 128}])
     assert record["changed"] == {"train.seed": [3, 5], "train.sync_every": [1, 16],
@@ -102,14 +105,14 @@ def test_a_fork_restores_the_state_and_records_what_it_changes(tmp_path, gan_ste
     assert record["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
     assert record["config"]["train"]["seed"] == 3 and record["provenance"]["gan3d"]
     with pytest.raises(CheckpointError, match=r"train.epochs above 4 \(e.g. --epochs 14"):
-        checkpoints.fork(path, variables, parent, workers=1)  # 4 epochs: nothing left to train
+        checkpoints.fork(path, parent, workers=1)  # 4 epochs: nothing left to train
     with pytest.raises(CheckpointError, match="no such checkpoint file or run folder"):
-        checkpoints.fork(tmp_path / "nowhere.npz", variables, child, workers=1)
+        checkpoints.fork(tmp_path / "nowhere.npz", child, workers=1)
     (tmp_path / "empty").mkdir()
     with pytest.raises(CheckpointError, match="holds no checkpoint"):
-        checkpoints.fork(tmp_path / "empty", variables, child, workers=1)
+        checkpoints.fork(tmp_path / "empty", child, workers=1)
     with pytest.raises(CheckpointError, match="different model"):
-        checkpoints.fork(path, variables[:-1], child, workers=1)
+        checkpoints.restore(variables[:-1], path)
 
 
 def test_a_fork_names_a_committed_parent_relative_to_its_checkout(tmp_path, gan_step):
@@ -123,10 +126,10 @@ def test_a_fork_names_a_committed_parent_relative_to_its_checkout(tmp_path, gan_
     cfg = _cfg(tmp_path, **{"train.epochs": 2})
     variables = gan_step.state_variables()
     path = checkpoints.save_checkpoint(repo / "studies" / "warm", 1, variables, cfg, [], 1)
-    _, _, record = checkpoints.fork(path, variables, cfg, workers=1)
+    record = checkpoints.fork(path, cfg, workers=1).fork
     assert record["from"] == "studies/warm/epoch-0001.npz"
     outside = checkpoints.save_checkpoint(tmp_path / "elsewhere", 1, variables, cfg, [], 1)
-    assert checkpoints.fork(outside, variables, cfg, workers=1)[2]["from"] == str(outside)
+    assert checkpoints.fork(outside, cfg, workers=1).fork["from"] == str(outside)
 
 
 def test_a_fork_of_a_fork_keeps_its_lineage_oldest_first(tmp_path, gan_step):
@@ -138,12 +141,13 @@ def test_a_fork_of_a_fork_keeps_its_lineage_oldest_first(tmp_path, gan_step):
     first = checkpoints.save_checkpoint(tmp_path / "curve", 2, variables, curve,
                                         [{"epoch": 2, "showers_seen": 64}], 1)
     run = curve.replace(**{"train.epochs": 5})
-    _, history, record = checkpoints.fork(first, variables, run, workers=2)
+    first_fork = checkpoints.fork(first, run, workers=2)
+    history, record = first_fork.history, first_fork.fork
     long = checkpoints.save_checkpoint(tmp_path / "long", 3, variables, run,
                                        history + [{"epoch": 3, "showers_seen": 128}], 2,
                                        fork=record)
     slower = run.replace(**{"train.learning_rate": 1e-4})
-    _, _, again = checkpoints.fork(long, variables, slower, workers=2)
+    again = checkpoints.fork(long, slower, workers=2).fork
     chain = checkpoints.lineage(again)
     assert [r["epoch"] for r in chain] == [2, 3]
     assert chain[0]["from"] == str(first) and chain[0]["changed"] == {"workers": [1, 2]}

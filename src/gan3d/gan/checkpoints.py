@@ -11,7 +11,9 @@ Random state is not stored: every seed is derived from (seed, rank, epoch) at th
 epoch (:meth:`gan3d.gan.horovod.HorovodStep.reseed`), and the data order from (seed, epoch), so the epoch
 number is all a resumed run needs to draw exactly what the uninterrupted run would have drawn.
 
-A checkpoint can also start a *new* run (:func:`fork`, ``train.fork_from``): the warm start of
+:func:`start` says on rank 0 where a run starts (a resume, a fork or from scratch) before any
+model exists; :func:`restore` then loads that checkpoint into the new step. A checkpoint can also
+start a *new* run (:func:`fork`, ``train.fork_from``): the warm start of
 the convergence studies and of a 2-worker run continuing a 1-worker one. Unlike a resume, a fork
 may change the worker count, the learning-rate rule, the precision, the seed or the data; what it
 changed, the parent's file (with its SHA-256), epoch, configuration and provenance are recorded in
@@ -23,6 +25,7 @@ intact and never a half-written one. The newest ``keep`` checkpoints are kept.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -32,14 +35,14 @@ from typing import Any
 import numpy as np
 
 from .. import console
-from ..config import Config, flatten, lr_factor, to_dict
+from ..config import Config, changes, lr_factor, to_dict
 from ..exceptions import CheckpointError
 from ..io import atomic_path, ensure_dir, provenance, repository_of, write_json
 from ..paths import resolve_path
 
 __all__ = ["save_checkpoint", "latest_checkpoint", "all_checkpoints", "load_checkpoint",
            "load_latest", "restore_variables", "check_compatible", "fork", "fork_source",
-           "resume", "start_fork", "lineage", "TRAJECTORY_KEYS"]
+           "Start", "start", "restore", "lineage", "TRAJECTORY_KEYS"]
 
 log = console.get_logger(__name__)
 
@@ -146,10 +149,8 @@ def check_compatible(meta: dict, cfg: Config, path: str | Path, workers: int | N
     """Refuse to resume under settings that would change the trajectory (epochs may grow),
     including another number of ``workers``: with it the learning rate (x workers) and every
     rank's shard of the data would change silently."""
-    new = flatten(to_dict(cfg))
     # Keys added since the checkpoint was written had their default then.
-    old = flatten(to_dict(Config())) | flatten(meta["config"])
-    differ = [k for k in TRAJECTORY_KEYS if _norm(old.get(k)) != _norm(new.get(k))]
+    differ = changes(meta["config"], cfg, TRAJECTORY_KEYS)
     was = int(meta.get("workers", workers or 1))
     if workers is not None and workers != was:
         lr_old, lr_new = _lr(cfg, was), _lr(cfg, workers)
@@ -159,17 +160,13 @@ def check_compatible(meta: dict, cfg: Config, path: str | Path, workers: int | N
             f"rank's shard of the showers would change; resume with {was} worker(s), or start a "
             "new train.output")
     if differ:
-        detail = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in differ)
+        detail = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in differ.items())
         raise CheckpointError(f"cannot resume from {path}: settings differ ({detail}); use the "
                               "checkpoint's settings or a new train.output")
 
 
 def _lr(cfg: Config, workers: int) -> float:
     return cfg.train.learning_rate * lr_factor(cfg.train, workers)
-
-
-def _norm(value):
-    return list(value) if isinstance(value, tuple) else value
 
 
 def fork_source(path: str | Path) -> Path:
@@ -198,29 +195,23 @@ def _named(path: Path) -> str:
         return str(path)
 
 
-def fork(path: str | Path, variables: list, cfg: Config, workers: int
-         ) -> tuple[int, list[dict], dict[str, Any]]:
-    """Start a new run from the checkpoint ``path`` (a file or a run's folder): restore its
-    variables into ``variables`` (count and shapes checked) and return ``(epochs done, its
-    history, the fork record)``. The record - the file (relative to its checkout, if in one) and
-    its SHA-256, its epoch, workers,
-    configuration and provenance, and every trajectory setting this run changes (``changed``:
-    ``{key: [parent's, this run's]}``, the worker count included) - goes into the new run's
-    config.json and checkpoints. ``cfg.train.epochs`` counts from the parent's start, so it must
-    exceed the checkpoint's epoch."""
+def fork(path: str | Path, cfg: Config, workers: int) -> Start:
+    """Where a run forked from the checkpoint ``path`` (a file or a run's folder) starts: its
+    epoch, its history, the file to restore (:func:`restore`) and the fork record - the file
+    (relative to its checkout, if in one) and its SHA-256, its epoch, workers, configuration and
+    provenance, and every trajectory setting this run changes (``changed``: ``{key: [parent's,
+    this run's]}``, the worker count included) - which goes into the new run's config.json and
+    checkpoints. ``cfg.train.epochs`` counts from the parent's start, so it must exceed the
+    checkpoint's epoch."""
     source = fork_source(path)
-    meta, arrays = load_checkpoint(source)
-    restore_variables(variables, meta, arrays, source)
+    meta, _ = load_checkpoint(source)
     done = int(meta["epoch"])
     if cfg.train.epochs <= done:
         raise CheckpointError(
             f"train.fork_from = {source} has trained {done} epochs and train.epochs = "
             f"{cfg.train.epochs}: a fork continues the count, so set train.epochs above {done} "
             f"(e.g. --epochs {done + 10} for 10 more)")
-    new = flatten(to_dict(cfg))
-    old = flatten(to_dict(Config())) | flatten(meta["config"])
-    changed = {k: [old.get(k), new.get(k)] for k in TRAJECTORY_KEYS
-               if _norm(old.get(k)) != _norm(new.get(k))}
+    changed = changes(meta["config"], cfg, TRAJECTORY_KEYS)
     was = int(meta.get("workers", 1))
     if was != workers:
         changed["workers"] = [was, workers]
@@ -230,7 +221,7 @@ def fork(path: str | Path, variables: list, cfg: Config, workers: int
                                else None),
               "changed": changed, "config": meta["config"],
               "provenance": meta.get("provenance"), "parent_fork": meta.get("fork")}
-    return done, list(meta["history"]), record
+    return Start(done, list(meta["history"]), str(source), False, record)
 
 
 def lineage(record: dict | None) -> list[dict]:
@@ -245,33 +236,49 @@ def lineage(record: dict | None) -> list[dict]:
     return chain[::-1]
 
 
-def resume(variables: list, cfg: Config, out: Path, workers: int, say
-           ) -> tuple[int, list[dict], Path | None, dict | None]:
-    """On rank 0 of ``gan3d train --resume``: restore the newest checkpoint of ``out`` that loads
-    into ``variables``; (epochs done, history, path, the run's fork record if it was forked).
+@dataclasses.dataclass
+class Start:
+    """Where a run starts: after ``epoch`` epochs (0: from scratch) with their ``history``,
+    restoring the checkpoint ``source`` (None: nothing to restore); ``resumed`` for
+    ``--resume``; ``fork``: the fork record of a forked run (a resumed fork keeps its own)."""
+
+    epoch: int = 0
+    history: list = dataclasses.field(default_factory=list)
+    source: str | None = None
+    resumed: bool = False
+    fork: dict | None = None
+
+
+def start(cfg: Config, out: Path, workers: int, resume: bool, say) -> Start:
+    """On rank 0, before any model exists: where this run starts. ``--resume``: the newest
+    checkpoint of ``out`` that loads, under the same settings and worker count; else
+    ``train.fork_from`` (:func:`fork`, recorded in ``out/config.json``); else from scratch.
     ``say`` reports what is done (rank 0's log)."""
-    found = load_latest(out / "checkpoints", warn=log.warning)
-    if found is None:
-        start = f"forking {cfg.train.fork_from}" if cfg.train.fork_from else "starting from scratch"
-        say(f"no usable checkpoint in {out / 'checkpoints'}: {start}")
-        return 0, [], None, None
-    path, meta, arrays = found
-    check_compatible(meta, cfg, path, workers)
-    restore_variables(variables, meta, arrays, path)
-    if meta["epoch"] > cfg.train.epochs:
-        raise CheckpointError(f"{path} has {meta['epoch']} epochs, more than train.epochs = "
-                              f"{cfg.train.epochs}; raise train.epochs to continue")
-    say(f"resuming after epoch {meta['epoch']} from {path}")
-    return meta["epoch"], meta["history"], path, meta.get("fork")
-
-
-def start_fork(variables: list, cfg: Config, out: Path, workers: int, say
-               ) -> tuple[int, list[dict], dict]:
-    """On rank 0: start this run from ``train.fork_from`` (:func:`fork`) and record the fork in
-    ``out/config.json``; (epochs done, the parent's history, the fork record)."""
-    done, history, record = fork(resolve_path(cfg.train.fork_from), variables, cfg, workers)
-    changes = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in record["changed"].items())
-    say(f"forked from {record['from']} after epoch {done} (changed: {changes or 'nothing'})")
-    write_json(out / "config.json", {"config": to_dict(cfg), "fork": record,
+    if resume:
+        found = load_latest(out / "checkpoints", warn=log.warning)
+        if found is not None:
+            path, meta, _ = found
+            check_compatible(meta, cfg, path, workers)
+            if meta["epoch"] > cfg.train.epochs:
+                raise CheckpointError(f"{path} has {meta['epoch']} epochs, more than "
+                                      f"train.epochs = {cfg.train.epochs}; raise train.epochs "
+                                      "to continue")
+            say(f"resuming after epoch {meta['epoch']} from {path}")
+            return Start(meta["epoch"], meta["history"], str(path), True, meta.get("fork"))
+        first = f"forking {cfg.train.fork_from}" if cfg.train.fork_from else "starting from scratch"
+        say(f"no usable checkpoint in {out / 'checkpoints'}: {first}")
+    if not cfg.train.fork_from:
+        return Start()
+    forked = fork(resolve_path(cfg.train.fork_from), cfg, workers)
+    changes = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in forked.fork["changed"].items())
+    say(f"forked from {forked.fork['from']} after epoch {forked.epoch} "
+        f"(changed: {changes or 'nothing'})")
+    write_json(out / "config.json", {"config": to_dict(cfg), "fork": forked.fork,
                                      "provenance": provenance()})
-    return done, history, record
+    return forked
+
+
+def restore(variables: list, path: str | Path) -> None:
+    """Load the checkpoint ``path`` into ``variables`` (count and shapes checked)."""
+    meta, arrays = load_checkpoint(path)
+    restore_variables(variables, meta, arrays, path)

@@ -14,11 +14,15 @@ here - data shards, learning-rate rules, evaluation, monitors, history, checkpoi
 for both. This module imports neither TensorFlow nor Keras at import time: the JAX backend sets
 Keras' backend first.
 
-The canonical Horovod order: ``distributed.init()`` first (threads = cores / local ranks, MPI
-yielding), learning rate x workers (optionally warmed up linearly), a disjoint data shard per rank
-(:class:`gan3d.data.sharding.ShardedShowers`), models AND optimiser state broadcast from rank 0,
-per-rank seeds, explicit gradient averaging in every update (:mod:`gan3d.gan.horovod`), logging and files from
-rank 0 only. Lines that talk to other ranks are marked ``DISTRIBUTED``.
+:func:`train` reads in the order of Horovod's examples: 1. ``init`` (threads = cores / local
+ranks, MPI yielding, one GPU per rank); 2. rank 0 checks and prepares everything a user can get
+wrong - settings, output folder, data, the checkpoint to start from - in one collective, so every
+rank stops with the same named error; 3. the networks and optimisers (learning rate x workers, or
+x sqrt(workers), optionally warmed up: :func:`learning_rate`, set at every step); 4. models AND
+optimiser state broadcast from rank 0; 5. the loop: a disjoint data shard per rank
+(:class:`gan3d.data.sharding.ShardedShowers`), per-rank seeds, the step (gradients averaged before
+every update: :mod:`gan3d.gan.step`), evaluation, monitors, and logging and files from rank 0
+only. Lines that talk to other ranks are marked ``DISTRIBUTED``.
 
 Outputs in ``resolve_path(cfg.train.output)`` (rank 0 writes; every file atomically):
 
@@ -159,8 +163,9 @@ def build_step(cfg: Config):
     return backend_named(cfg.train.backend).build_step(cfg)
 
 
-def _prepare_output(cfg: Config, out: Path, resume: bool) -> None:
+def _prepare_output(cfg: Config, resume: bool) -> Path:
     """Create the output folder (an unwritable one fails here); a fresh run forgets old epochs."""
+    out = resolve_path(cfg.train.output)
     ensure_dir(out)
     ensure_dir(out / "checkpoints")
     for folder in (out, out / "checkpoints"):  # what a writer killed mid-write left behind
@@ -172,14 +177,41 @@ def _prepare_output(cfg: Config, out: Path, resume: bool) -> None:
                  *(out / n for n in ("history.jsonl", "generator.keras", "discriminator.keras"))]
         for old in stale:
             old.unlink(missing_ok=True)
+    return out
 
 
 def _say(text: str) -> None:
     log.info("%s", text)  # rank 0 only: the others log warnings alone (gan3d.console)
 
 
+@dataclasses.dataclass
+class _SetUp:
+    """What rank 0 decided before the first step, for every rank."""
+
+    cfg: Config                  # with train.precision auto resolved
+    output: Path
+    train_files: list[str]
+    test_files: list[str]
+    start: checkpoints.Start     # from scratch, a resume or a fork
+
+
+def _set_up(be, cfg: Config, workers: int, resume: bool) -> _SetUp:
+    """Rank 0: everything a user can get wrong, checked before any model is built - the settings
+    the backend refuses (``auto`` precision resolved on rank 0's device first), the output folder,
+    the data, and the checkpoint a resume or a fork starts from."""
+    cfg = be.resolve(cfg)
+    be.check(cfg)
+    out = _prepare_output(cfg, resume)
+    train_files, test_files = data_files(cfg, workers)
+    if workers != cfg.train.workers:
+        _say(f"running on {workers} worker(s); train.workers = {cfg.train.workers} only tells "
+             "launchers how many to start")
+    return _SetUp(cfg, out, train_files, test_files,
+                  checkpoints.start(cfg, out, workers, resume, _say))
+
+
 # ---------------------------------------------------------------------------------------------
-# The loop
+# The run
 
 
 def train(cfg: Config, *, resume: bool = False) -> TrainResult:
@@ -191,29 +223,24 @@ def train(cfg: Config, *, resume: bool = False) -> TrainResult:
     """
     be = backend_named(cfg.train.backend)
     be.prepare()  # the JAX backend: Keras on JAX, before keras is imported
-    be.check(cfg)
+    # 1. Join the other ranks; each takes its GPU (if any) and its share of the cores.
     world = be.init()  # DISTRIBUTED: first thing, before TensorFlow or JAX runs an op
-    cfg = collective(world, lambda: be.resolve(cfg))  # DISTRIBUTED: rank 0's device decides
-    be.check(cfg)
-    out = resolve_path(cfg.train.output)
-    collective(world, lambda: _prepare_output(cfg, out, resume))  # DISTRIBUTED
-    train_files, test_files = collective(world, lambda: data_files(cfg, world.size))  # DISTRIBUTED
-    if world.size != cfg.train.workers:
-        _say(f"running on {world.size} worker(s); train.workers = {cfg.train.workers} only tells "
-             "launchers how many to start")
+    # 2. Rank 0 checks and prepares; every rank gets its decisions, or the same error.
+    run = collective(world, lambda: _set_up(be, cfg, world.size, resume))  # DISTRIBUTED
+    cfg, out, start = run.cfg, run.output, run.start
+    # 3. The networks and their optimisers (the learning rate is scaled with the workers at
+    #    every step: learning_rate), restored on rank 0 where the run resumes or forks.
     step = be.build_step(cfg)
-    start, history, resumed, forked = 0, [], None, None
-    if resume:
-        start, history, resumed, forked = collective(  # DISTRIBUTED: rank 0 reads, all restore
-            world, lambda: checkpoints.resume(step.state_variables(), cfg, out, world.size, _say))
-    if resumed is None and cfg.train.fork_from:
-        start, history, forked = collective(  # DISTRIBUTED: rank 0 reads, all restore
-            world, lambda: checkpoints.start_fork(step.state_variables(), cfg, out, world.size,
-                                                  _say))
-    step.broadcast_state()  # DISTRIBUTED: models and optimiser state of rank 0 everywhere
-    loop = _Loop(cfg, world, step, out, train_files, test_files, history, start, forked)
+    if start.source:
+        collective(world, lambda: checkpoints.restore(step.state_variables(),  # DISTRIBUTED
+                                                      start.source))
+    # 4. Rank 0's weights and optimiser state on every rank.
+    step.broadcast_state()  # DISTRIBUTED
+    # 5. The loop: each rank its shard of the showers; every epoch trains, evaluates, monitors,
+    #    and rank 0 writes the checkpoint, the history and TensorBoard.
+    loop = _Loop(cfg, world, step, out, run.train_files, run.test_files, start)
     try:
-        epoch_times = [loop.run_epoch(epoch) for epoch in range(start, cfg.train.epochs)]
+        epoch_times = [loop.run_epoch(epoch) for epoch in range(start.epoch, cfg.train.epochs)]
     finally:
         loop.close()
     paths = collective(world, loop.export)  # DISTRIBUTED
@@ -221,20 +248,21 @@ def train(cfg: Config, *, resume: bool = False) -> TrainResult:
         output=str(out), history=str(out / "history.jsonl"), checkpoint=paths["checkpoint"],
         generator=paths["generator"], discriminator=paths["discriminator"],
         config=str(out / "config.json"), tensorboard=str(out / "tb"), workers=world.size,
-        epochs=cfg.train.epochs, resumed_from=start if resumed else None,
+        epochs=cfg.train.epochs, resumed_from=start.epoch if start.resumed else None,
         epoch_times=epoch_times, final=dict(loop.history[-1]) if loop.history else {},
-        forked_from=forked["from"] if forked else None,
+        forked_from=start.fork["from"] if start.fork else None,
     )
 
 
 class _Loop:
     """State of one training run on one rank; :meth:`run_epoch` is one epoch."""
 
-    def __init__(self, cfg, world, step, out, train_files, test_files, history, start,
-                 fork=None):
+    def __init__(self, cfg, world, step, out, train_files, test_files,
+                 start: checkpoints.Start):
         self.cfg, self.world, self.step, self.out = cfg, world, step, out
         # A fork's learning-rate warm-up starts at the fork, not at its parent's first epoch.
-        self.fork, self.origin = fork, (fork["epoch"] if fork else 0)
+        self.fork = start.fork
+        self.origin = start.fork["epoch"] if start.fork else 0
         t = cfg.train
         kind, extra = ((sharding.GlobalOrder, {"origin": self.origin})
                        if t.data_order == "global" else (sharding.ShardedShowers, {}))
@@ -243,12 +271,12 @@ class _Loop:
                          theta_window=cfg.data.theta_window or None, **extra)
         self.keyed = t.data_order == "global"  # draws keyed by the global batch, not the rank
         self.steps = len(self.data)
-        self.sync = LocalSync(step, world, t.sync_every, str(out / "checkpoints"))
         self.test_files = test_files
-        self.history = list(history)
+        self.history = list(start.history)
         self.eval_noise = _EvalNoise(cfg, world, test_files) if t.eval_mode != "none" else None
+        self.sync = LocalSync(step, world, t.sync_every, str(out / "checkpoints"))
         self.tb = TensorBoard(out / "tb") if world.is_root else None
-        self.progress = (Progress(t.epochs, self.steps, t.batch_size * world.size, start)
+        self.progress = (Progress(t.epochs, self.steps, t.batch_size * world.size, start.epoch)
                          if world.is_root else None)
 
     def close(self) -> None:
