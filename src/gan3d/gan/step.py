@@ -13,18 +13,13 @@ workers (the all-reduce, marked ``# DISTRIBUTED``), apply it:
 * ``train.backend: jax`` - :class:`gan3d.gan.jax.step.JaxStep`: ``jax.value_and_grad``,
   ``lax.pmean`` over every device of every process, RMSprop, the whole step compiled at once.
 
-The step (:func:`gan_step`):
-
-1. D on a real batch: labels 1 (each flipped with p = ``label_flip``), targets E/100 and the
-   batch's ECAL sums; one update of D.
-2. D on a fake batch ``G(E' z)``, E' ~ U(0.1, 5) (10-500 GeV), G in inference mode as the
-   reference's ``generator.predict``: labels 0 (flipped likewise), targets E' and the published
-   ECAL fit of E'; a second update of D.
-3. Twice: G through D with fresh z and E', targets "real", E', fit(E'); one update of G each.
-   D's weights are not trained there; as in the Keras 1 original it runs with batch statistics.
-
-Loss of each update: ``w0 * BCE + w1 * MAPE(energy) + w2 * MAPE(ECAL sum)`` with
-``cfg.train.loss_weights`` (reference [2, 0.1, 0.1]; the paper's Horovod scripts [8, 0.2, 0.1]).
+The step (:func:`gan_step`): D on a real batch (labels 1, each flipped with p = ``label_flip``;
+targets E/100 and the ECAL sums), D on fakes ``G(E' z)`` made by G in inference mode (the
+reference's ``generator.predict``; labels 0, targets E' ~ U(0.1, 5) and the published ECAL fit
+of E'), then G twice through D (targets "real", E', fit(E'); D's weights not trained, its
+BatchNorm on batch statistics as in the Keras 1 original). Loss of each update:
+``w0 * BCE + w1 * MAPE(energy) + w2 * MAPE(ECAL sum)`` with ``cfg.train.loss_weights``
+(reference [2, 0.1, 0.1]; the paper's Horovod scripts [8, 0.2, 0.1]).
 Every rank computes its gradients on its own batch; averaged before every update, they make every
 rank apply the same update to the same weights. All randomness of a step (label flips, E', z) is
 drawn by :func:`draws` from a per-rank seed, or passed in (how tests fix the noise per sample).
@@ -185,10 +180,10 @@ def eval_sums(weights: Sequence[float], g: Callable, d: Callable, image, energy,
 class Step:
     """The models, their two RMSprop optimisers and the step of one rank.
 
-    A backend's step implements ``update_d``/``update_g`` (inside its compiled step),
-    :meth:`train_step`, :meth:`eval_sums`, :meth:`broadcast_state`,
-    :meth:`average_batch_statistics`, :meth:`reseed` and :meth:`set_learning_rate`;
-    ``average_state`` (local SGD) where the backend has it.
+    A backend's step adds ``train_step(batch, draws=None, *, training=True, local=False)``
+    (calling :func:`gan_step` with its ``update_d``/``update_g``), ``eval_sums(batch, draws)``,
+    ``broadcast_state()``, ``average_batch_statistics()``, ``reseed(seed, rank, epoch)`` and
+    ``set_learning_rate(lr)``; ``average_state()`` (local SGD) where it has it.
     """
 
     def __init__(self, generator, discriminator, *, loss_weights: Sequence[float] = (2.0, 0.1, 0.1),
@@ -247,28 +242,9 @@ class Step:
         """The step's per-sample random inputs from the backend's samplers (:func:`draws`)."""
         return draws(uniform, normal, batch_size, self.latent_size, self.label_flip)
 
-    # -- the backend's part -----------------------------------------------------------------
-    def train_step(self, batch: dict, draws: dict | None = None, *, training: bool = True,
-                   local: bool = False):
-        raise NotImplementedError
-
-    def eval_sums(self, batch: dict, draws: dict):
-        raise NotImplementedError
-
-    def broadcast_state(self) -> None:
-        raise NotImplementedError
-
-    def average_batch_statistics(self) -> None:
-        raise NotImplementedError
-
     def average_state(self) -> int:
+        """Local SGD's synchronisation (:mod:`gan3d.gan.local_sgd`), where a backend has it."""
         raise NotImplementedError(f"{type(self).__name__} has no local SGD")
-
-    def reseed(self, seed: int, rank: int, epoch: int) -> None:
-        raise NotImplementedError
-
-    def set_learning_rate(self, lr: float) -> None:
-        raise NotImplementedError
 
 
 # train.backend -> the module whose BACKEND (how processes join, how ``auto`` precision resolves,
