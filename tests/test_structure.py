@@ -97,7 +97,7 @@ def test_import_graph_has_no_cycle():
     assert _cycles(graph) == []
 
 
-FOUNDATION = {"gan3d", "gan3d._compat", "gan3d.exceptions", "gan3d.paths", "gan3d.config",
+FOUNDATION = {"gan3d", "gan3d.exceptions", "gan3d.paths", "gan3d.config",
               "gan3d.io", "gan3d.records", "gan3d.runtime", "gan3d.console", "gan3d.blocks"}
 # Which rooms a room may import from (besides itself and the foundation).
 LAYERS = {

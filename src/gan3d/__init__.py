@@ -13,19 +13,12 @@ The package in rooms (the README has one line per module and a picture of how da
 * :mod:`gan3d.scaling` - scaling experiments, timelines, the performance model, the paper's numbers;
 * :mod:`gan3d.validation` - shower features, metrics, the physics validation, inference speed;
 * :mod:`gan3d.plots` - every figure, in one style.
-
-Import paths of gan3d 0.1 (``gan3d.training``, ``gan3d.datasets``, ...) still work for now, with a
-warning naming the new one (:mod:`gan3d._compat`).
 """
 
 import os as _os
 
 # Read by TensorFlow once, at import: set before any submodule can import it (see runtime.py).
 _os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
-
-from . import _compat  # noqa: E402 - after the environment variable above
-
-_compat.install()
 
 __version__ = "0.2.0"
 __all__ = ["__version__"]
