@@ -25,7 +25,8 @@ import argparse
 import statistics
 import time
 
-from gan3d import records, runtime
+from gan3d import records
+from gan3d.parallel import runtime
 from gan3d.paths import resolve_path
 
 

@@ -9,7 +9,7 @@ import h5py
 import numpy as np
 import pytest
 
-from gan3d import runtime
+from gan3d.parallel import runtime
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"

@@ -339,7 +339,8 @@ def test_auto_trains_in_bfloat16_only_once_the_ledger_says_it_trains_like_float3
     """The default precision is decided by the evidence: training's ``auto`` is bfloat16 exactly
     when the committed studies reproduce ``bfloat16-like-float32`` - so a precision study that
     decides (either way) fails this test until the default follows it."""
-    from gan3d import config, runtime
+    from gan3d import config
+    from gan3d.parallel import runtime
 
     verdict = _by_id(claims.ledger(ROOT))["bfloat16-like-float32"]["verdict"]
     monkeypatch.setattr(runtime, "cpu_has_bf16", lambda *a, **k: True)  # a CPU that has it

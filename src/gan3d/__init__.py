@@ -4,10 +4,10 @@ The package in rooms (the README has one line per module and a picture of how da
 
 * top level - :mod:`~gan3d.cli` (the ``gan3d`` command), :mod:`~gan3d.config` (settings and
   profiles), :mod:`~gan3d.exceptions`, :mod:`~gan3d.io` (atomic writes, provenance),
-  :mod:`~gan3d.paths`, :mod:`~gan3d.runtime` (process settings for MPI and TensorFlow),
-  :mod:`~gan3d.console` (logging and progress bars), :mod:`~gan3d.doctor`,
+  :mod:`~gan3d.paths`, :mod:`~gan3d.console` (logging and progress bars), :mod:`~gan3d.doctor`,
   :mod:`~gan3d.pipeline` (the papermill figure pipeline);
-* :mod:`gan3d.parallel` - Horovod/MPI collectives, mpirun launches, ipyparallel MPI engines;
+* :mod:`gan3d.parallel` - Horovod/MPI collectives, mpirun launches, ipyparallel MPI engines, the
+  process settings for MPI and TensorFlow (:mod:`~gan3d.parallel.runtime`);
 * :mod:`gan3d.data` - the calorimeter, synthetic showers, HDF5 files, the sharded input pipeline;
 * :mod:`gan3d.gan` - the 3DGAN networks, the training step, ``train(config)``, checkpoints, history;
 * :mod:`gan3d.scaling` - scaling experiments, timelines, the performance model, the paper's numbers;
@@ -17,7 +17,8 @@ The package in rooms (the README has one line per module and a picture of how da
 
 import os as _os
 
-# Read by TensorFlow once, at import: set before any submodule can import it (see runtime.py).
+# Read by TensorFlow once, at import: set before any submodule can import it (see
+# parallel/runtime.py).
 _os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 
 __version__ = "0.2.0"

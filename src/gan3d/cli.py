@@ -29,7 +29,7 @@ from . import __version__
 from .config import PROFILES, parse_overrides, resolve
 from .exceptions import Gan3dError
 from .parallel.launch import guard, in_mpi_job, launch
-from .runtime import apply_process_defaults
+from .parallel.runtime import apply_process_defaults
 
 __all__ = ["main", "build_parser"]
 

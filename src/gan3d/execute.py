@@ -11,7 +11,7 @@ from typing import Any, Mapping
 from . import console
 from .exceptions import NotebookFailed
 from .io import ensure_dir
-from .runtime import apply_process_defaults
+from .parallel.runtime import apply_process_defaults
 
 log = console.get_logger(__name__)
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from . import __version__
 from .exceptions import OutputNotWritable
-from .runtime import cpu_count
+from .parallel.runtime import cpu_count
 
 __all__ = ["atomic_path", "fsync_path", "remove_temporaries", "TMP_MARK", "write_json", "read_json",
            "ensure_dir", "provenance", "git_commit", "git_state", "GitState",

@@ -43,10 +43,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import console, runtime
+from .. import console
 from ..config import Config, to_dict
 from ..exceptions import ConfigError, Gan3dError
 from ..io import ensure_dir, provenance
+from ..parallel import runtime
 from ..paths import resolve_path
 from ..records import check_writable, stamp, write
 from . import analysis

@@ -29,7 +29,7 @@ from .. import console
 from ..exceptions import DataError, OutputNotWritable
 from ..io import ensure_dir, provenance, read_json, write_json
 from ..paths import resolve_path
-from ..runtime import cpu_count
+from ..parallel.runtime import cpu_count
 from .files import MANIFEST, sha256, shower_file
 from . import showers
 

@@ -386,7 +386,7 @@ def _threads() -> int:
     try:
         import tensorflow as tf
     except ImportError:  # a JAX-only machine
-        from ..runtime import cpu_count
+        from ..parallel.runtime import cpu_count
 
         return cpu_count()
     return tf.config.threading.get_intra_op_parallelism_threads()
