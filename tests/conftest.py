@@ -38,7 +38,7 @@ def run_notebook(tmp_path):
 
     Figures and results go to ``tmp_path`` unless the parameters say otherwise.
     """
-    from gan3d.execute import run_notebook as _run
+    from gan3d.report.execute import run_notebook as _run
 
     def run(name: str, **parameters):
         from nbclient.exceptions import DeadKernelError

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from gan3d import blocks, claims
+from gan3d import blocks
+from gan3d.report import claims
 from gan3d.exceptions import PageBlockError
 
 MARKS = {"a": ("<!-- a -->", "<!-- /a -->"), "b": ("<!-- b -->", "<!-- /b -->")}

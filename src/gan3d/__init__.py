@@ -4,15 +4,16 @@ The package in rooms (the README has one line per module and a picture of how da
 
 * top level - :mod:`~gan3d.cli` (the ``gan3d`` command), :mod:`~gan3d.config` (settings and
   profiles), :mod:`~gan3d.exceptions`, :mod:`~gan3d.io` (atomic writes, provenance),
-  :mod:`~gan3d.paths`, :mod:`~gan3d.console` (logging and progress bars), :mod:`~gan3d.doctor`,
-  :mod:`~gan3d.pipeline` (the papermill figure pipeline);
+  :mod:`~gan3d.paths`, :mod:`~gan3d.console` (logging and progress bars), :mod:`~gan3d.doctor`;
 * :mod:`gan3d.parallel` - Horovod/MPI collectives, mpirun launches, ipyparallel MPI engines, the
   process settings for MPI and TensorFlow (:mod:`~gan3d.parallel.runtime`);
 * :mod:`gan3d.data` - the calorimeter, synthetic showers, HDF5 files, the sharded input pipeline;
 * :mod:`gan3d.gan` - the 3DGAN networks, the training step, ``train(config)``, checkpoints, history;
 * :mod:`gan3d.scaling` - scaling experiments, timelines, the performance model, the paper's numbers;
 * :mod:`gan3d.validation` - shower features, metrics, the physics validation, inference speed;
-* :mod:`gan3d.plots` - every figure, in one style.
+* :mod:`gan3d.plots` - every figure, in one style;
+* :mod:`gan3d.report` - the repository's report: the papermill figure pipeline, the figures' index,
+  the claims ledger (it imports every room above; none of them imports it).
 """
 
 import os as _os

@@ -334,7 +334,7 @@ def _cmd_data(args: argparse.Namespace) -> int:
 
 
 def _cmd_reproduce(args: argparse.Namespace) -> int:
-    from . import pipeline
+    from .report import pipeline
 
     _bounded_interrupt("reproduce", pipeline.RUNNING)
     summary = pipeline.reproduce(args.profile, parse_overrides(args.overrides), force=args.force,

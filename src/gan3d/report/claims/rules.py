@@ -118,7 +118,7 @@ def compute_bound(ev: Evidence) -> Outcome:
 
 
 def nvlink(ev: Evidence) -> Outcome:
-    from ..scaling import perfmodel as pm
+    from ...scaling import perfmodel as pm
 
     wl = pm.threedgan_workload()
     hw = pm.paper_hardware(wl)
@@ -140,7 +140,7 @@ def nvlink(ev: Evidence) -> Outcome:
 
 
 def power(ev: Evidence) -> Outcome:
-    from ..scaling import energy
+    from ...scaling import energy
 
     e = ev.json("results/scaling/energy.json")
     here = e.get("here") or {}
@@ -174,7 +174,7 @@ def other_methods(ev: Evidence) -> Outcome:
     rows = [r for r in a.get("rows", []) if isinstance(r.get("time_s"), dict)]
     # At the measured size nearest the 3DGAN's largest all-reduce (the generator's gradient),
     # per network and layout: the best algorithm against the ring.
-    from ..scaling import perfmodel as pm
+    from ...scaling import perfmodel as pm
 
     target = max(pm.threedgan_workload().allreduce_bytes)
     sizes = sorted({int(k) for r in rows for k in r["time_s"]})
@@ -203,7 +203,7 @@ def other_methods(ev: Evidence) -> Outcome:
 
 
 def earlier_work(ev: Evidence) -> Outcome:
-    from ..scaling import perfmodel as pm
+    from ...scaling import perfmodel as pm
 
     wl = pm.threedgan_workload()
     hw = pm.paper_hardware(wl)
