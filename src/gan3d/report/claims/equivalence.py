@@ -10,8 +10,7 @@ import math
 
 import numpy as np
 
-from .outcome import Evidence, MissingEvidence, Outcome
-from .rules import _pct
+from .outcome import Evidence, MissingEvidence, Outcome, percent
 
 __all__ = ["seeds_to_decide", "decide_equivalence", "n_like_one", "bf16", "local_sgd",
            "warm_start", "long_pair", "GOAL"]
@@ -124,7 +123,8 @@ def local_sgd(ev: Evidence) -> Outcome:
         rows = _convergence_rows(ev, "2w-linear-k16", "2w-linear")
         phys = decide_equivalence(rows, "study", "local SGD k = 16 against k = 1 (2 workers)")
     saved = table.get(16, {}).get("measured saved")
-    comm = f"; communication saved at k = 16: {_pct(saved)} of the step (measured)" if saved else ""
+    comm = (f"; communication saved at k = 16: {percent(saved)} of the step (measured)"
+            if saved else "")
     return dataclasses.replace(phys, value=phys.value + comm, study=phys.value + comm,
                                detail=phys.detail + ("; the saving is measured, the equal physics "
                                                      "is what decides"))
