@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import h5py
@@ -13,6 +14,9 @@ from gan3d.parallel import runtime
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
+# The tools that render and check the repository's own pages (tools/pages) are not part of the
+# package; their tests import them as `pages`.
+sys.path.insert(0, str(ROOT / "tools"))
 
 # Multi-process tests launch mpirun and Jupyter kernels: make the environment's bin/ and the
 # Open MPI settings visible to them exactly as the package does for users.

@@ -101,7 +101,7 @@ def test_import_graph_has_no_cycle():
 # cores a process may use, its threads) lives with the launchers it serves, but io, config, data
 # and the trainings read it too: it imports nothing of gan3d but the exceptions.
 FOUNDATION = {"gan3d", "gan3d.exceptions", "gan3d.paths", "gan3d.config", "gan3d.io",
-              "gan3d.records", "gan3d.parallel.runtime", "gan3d.console", "gan3d.blocks"}
+              "gan3d.records", "gan3d.parallel.runtime", "gan3d.console"}
 # Which rooms a room may import from (besides itself and the foundation).
 LAYERS = {
     "data": set(),

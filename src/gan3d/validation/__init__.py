@@ -7,6 +7,6 @@
 * :mod:`~gan3d.validation.sensitivity` - the validator's power against small flaws, by sample size;
 * :mod:`~gan3d.validation.speed` - GAN inference speed against the synthetic generator and Geant4.
 * :mod:`~gan3d.validation.trend` - the showers a run's trend would need to reach a goal;
-* :mod:`~gan3d.validation.longruns` - the long runs' progress in ``studies/README.md``, from
-  their checkpoints.
+* :mod:`~gan3d.validation.longruns` - the long runs' sessions as ``studies/README.md`` records
+  them, their numbers from the checkpoints.
 """

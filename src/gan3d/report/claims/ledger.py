@@ -9,7 +9,8 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from ... import blocks, console
+from ... import console
+from .. import blocks
 from ...io import atomic_path, provenance, write_json
 from ...paths import repo_root
 from .outcome import VERDICTS, Claim, Evidence, MissingEvidence, Outcome
