@@ -349,8 +349,7 @@ def main(argv=None) -> int:
     from gan3d.config import parse_overrides, resolve
     from gan3d.exceptions import ConfigError
     from gan3d.gan.model import step_flops
-    from gan3d.io import provenance
-    from gan3d.paths import resolve_path
+    from gan3d.io import provenance, resolve_path
     from gan3d.parallel.runtime import cpu_has_bf16
 
     records.check_writable(resolve_path(opts.output), opts.allow_dirty)  # its folder: all 3

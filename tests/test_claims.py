@@ -12,7 +12,7 @@ import pytest
 
 from gan3d.report import claims
 from gan3d.report.claims import equivalence, registry, rules
-from gan3d.paths import repo_root
+from gan3d.io import repo_root
 
 ROOT = repo_root()
 

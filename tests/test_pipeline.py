@@ -150,7 +150,7 @@ def test_cli_exit_status_is_nonzero_on_failure(project, monkeypatch):
 
 
 def test_index_shows_project_paths_relative_to_the_project():
-    from gan3d.paths import repo_root
+    from gan3d.io import repo_root
     from gan3d.report.figure_index import shown as _shown
 
     inside = str(repo_root() / "results" / "training" / "train_1w")

@@ -100,8 +100,8 @@ def test_import_graph_has_no_cycle():
 # What every room may import. parallel/runtime.py (process settings for MPI and TensorFlow: the
 # cores a process may use, its threads) lives with the launchers it serves, but io, config, data
 # and the trainings read it too: it imports nothing of gan3d but the exceptions.
-FOUNDATION = {"gan3d", "gan3d.exceptions", "gan3d.paths", "gan3d.config", "gan3d.io",
-              "gan3d.records", "gan3d.parallel.runtime", "gan3d.console"}
+FOUNDATION = {"gan3d", "gan3d.exceptions", "gan3d.config", "gan3d.io", "gan3d.records",
+              "gan3d.parallel.runtime", "gan3d.console"}
 # Which rooms a room may import from (besides itself and the foundation).
 LAYERS = {
     "data": set(),

@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 from gan3d.exceptions import PageBlockError, StudyFileError
-from gan3d.paths import repo_root
+from gan3d.io import repo_root
 from gan3d.report import blocks
 from gan3d.validation import trend
 from gan3d.validation.longruns import (BUDGET, SESSIONS_BEGIN, SESSIONS_END, Run,

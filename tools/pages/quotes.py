@@ -36,8 +36,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from gan3d.exceptions import StudyFileError
-from gan3d.io import atomic_path, read_json
-from gan3d.paths import repo_root
+from gan3d.io import atomic_path, read_json, repo_root
 
 from .prose import NOT_MEASURED, Suspect, unmarked
 

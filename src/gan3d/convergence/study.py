@@ -43,7 +43,7 @@ from ..io import ensure_dir, provenance, write_json
 from ..records import check_writable, stamp, write
 from ..parallel import runtime
 from ..parallel.launch import launch
-from ..paths import resolve_path
+from ..io import resolve_path
 from .plan import Run, code_hash, plan, run_config, summarise_history
 
 log = console.get_logger(__name__)

@@ -50,7 +50,7 @@ from ..gan.history import read_history
 from ..io import ensure_dir, write_json
 from ..parallel import runtime
 from ..parallel.launch import launch
-from ..paths import resolve_path
+from ..io import resolve_path
 from ..records import require_clean
 from .plan import KINDS, Run, code_hash, run_config, run_kind
 

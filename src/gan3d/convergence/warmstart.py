@@ -48,7 +48,7 @@ from ..config import Config, to_dict
 from ..exceptions import ConfigError, Gan3dError
 from ..io import ensure_dir, provenance
 from ..parallel import runtime
-from ..paths import resolve_path
+from ..io import resolve_path
 from ..records import check_writable, stamp, write
 from . import analysis
 from .plan import code_hash as _training_hash

@@ -63,7 +63,7 @@ from ..data.generate import generate_dataset
 from ..exceptions import Gan3dError, NonFiniteLoss
 from ..io import ensure_dir, provenance, remove_temporaries, write_json
 from ..parallel import distributed
-from ..paths import resolve_path
+from ..io import resolve_path
 from ..validation import monitors
 from . import backend, checkpoints
 from .history import (HISTORY_FIELDS, HISTORY_SCHEMA, HistoryRow, Progress, TensorBoard,

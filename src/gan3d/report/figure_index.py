@@ -14,8 +14,7 @@ from typing import Any, Mapping, Sequence
 
 from .. import console
 from ..exceptions import CheckpointError
-from ..io import atomic_path
-from ..paths import repo_root
+from ..io import atomic_path, repo_root
 
 __all__ = ["FIGURE_MAP", "paper_figure", "shown", "training_budgets", "write_index"]
 

@@ -45,8 +45,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 from .. import console
 from ..config import Config, resolve, to_dict
 from ..exceptions import ConfigError, NotebookFailed, PipelineBusy
-from ..io import ensure_dir, provenance, read_json, write_json
-from ..paths import repo_root
+from ..io import ensure_dir, provenance, read_json, repo_root, write_json
 from . import claims, figure_index
 from .execute import run_notebook
 

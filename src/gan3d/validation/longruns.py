@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ..exceptions import PageBlockError, StudyFileError
-from ..paths import repo_root
+from ..io import repo_root
 
 __all__ = ["RUNS", "BUDGET", "SESSIONS_BEGIN", "SESSIONS_END", "Run", "runs", "sessions_block",
            "sessions_table", "last_session_epoch_s"]

@@ -10,9 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from ... import console
+from ...io import atomic_path, provenance, repo_root, write_json
 from .. import blocks
-from ...io import atomic_path, provenance, write_json
-from ...paths import repo_root
 from .outcome import VERDICTS, Claim, Evidence, MissingEvidence, Outcome
 from .registry import CLAIMS
 
@@ -196,7 +195,7 @@ def notebook_rows(step: str, results_dir: str | Path | None = None) -> str:
     ids = tuple(c.id for c in CLAIMS if c.notebook == step)
     folders = None
     if results_dir is not None:
-        from ...paths import resolve_path
+        from ...io import resolve_path
 
         folders = {step: resolve_path(results_dir)}
     data = ledger(None, ids, folders=folders)

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Callable
 
-from ...paths import repo_root
+from ...io import repo_root
 
 __all__ = ["VERDICTS", "KINDS", "MissingEvidence", "Outcome", "Claim", "Evidence", "percent"]
 
