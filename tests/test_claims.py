@@ -399,8 +399,9 @@ def test_the_readme_summary_is_the_committed_ledger(tmp_path):
     data = json.loads((ROOT / "figures" / "claims.json").read_text())
     readme = (ROOT / "README.md").read_text()
     block = readme.split(claims.BEGIN)[1].split(claims.END)[0]
-    assert block.strip() == claims.readme_block(data).strip(), \
-        "README.md's claims summary is stale: run `python -m gan3d.report.claims --readme README.md`"
+    assert block.strip() == claims.readme_block(data).strip(), (
+        "README.md's claims summary is stale: run "
+        "`python -m gan3d.report.claims --readme README.md`")
     # CLAIMS.md and claims.json come from the same run.
     assert claims.summary_line(data) in (ROOT / "figures" / "CLAIMS.md").read_text()
     # The mutations: a verdict changed in a copy of the JSON, or a word in a copy of the README.

@@ -199,7 +199,9 @@ def test_index_names_the_training_budget_of_the_generators_a_figure_shows(tmp_pa
     import json
 
     from gan3d.gan import reference
-    from gan3d.report.figure_index import seven_cells as _seven_cells, shows_generators as _shows_generators, training_budgets
+    from gan3d.report.figure_index import seven_cells as _seven_cells
+    from gan3d.report.figure_index import shows_generators as _shows_generators
+    from gan3d.report.figure_index import training_budgets
 
     for workers, seen in ((1, 192), (2, 384)):
         run = tmp_path / "training" / f"train_{workers}w"

@@ -1,4 +1,4 @@
-"""The long runs' sessions as ``studies/README.md`` records them, their numbers from the checkpoints.
+"""The long runs' sessions as ``studies/README.md`` records them, numbers from the checkpoints.
 
 The long 1- and 2-worker runs go on over many sessions; after each, their newest checkpoints are
 committed in ``studies/long-*-bf16/`` and ``studies/README.md`` says how far they are. Its

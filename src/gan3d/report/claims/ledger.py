@@ -231,8 +231,8 @@ def update_readme(path: str | Path, data: dict) -> bool:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m gan3d.report.claims", description=__doc__.split(
-        "\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m gan3d.report.claims",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("--root", help="the checkout whose results/ and studies/ are read")
     parser.add_argument("--readme", metavar="README", help="only rewrite this file's claims "
                         "summary from the committed figures/claims.json (decides nothing)")
