@@ -50,8 +50,7 @@ def main(argv=None) -> int:
         return 0
 
     from gan3d import records
-    from gan3d.io import provenance
-    from gan3d.paths import resolve_path
+    from gan3d.io import provenance, resolve_path
 
     records.check_writable(resolve_path(opts.output), opts.allow_dirty)  # before the work
     result = algorithms.study(opts.profiles, opts.ranks, opts.algorithms, repeats=opts.repeats,

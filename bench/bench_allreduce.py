@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 
 from gan3d import records
-from gan3d.paths import resolve_path
+from gan3d.io import resolve_path
 from gan3d.scaling.experiments import BENCH_SIZES, allreduce_benchmark
 
 

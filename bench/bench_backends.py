@@ -22,7 +22,7 @@ from pathlib import Path
 
 
 def _job(backend: str, workers: int, opts, folder: Path) -> dict:
-    from gan3d import runtime
+    from gan3d.parallel import runtime
     from gan3d.parallel import jaxdist
     from gan3d.parallel.launch import launch
 
@@ -56,9 +56,9 @@ def main(argv=None) -> int:
                         "(the file is then marked clean: false)")
     opts = p.parse_args(argv)
 
-    from gan3d import records, runtime
-    from gan3d.io import provenance
-    from gan3d.paths import resolve_path
+    from gan3d import records
+    from gan3d.parallel import runtime
+    from gan3d.io import provenance, resolve_path
 
     records.check_writable(resolve_path(opts.output), opts.allow_dirty)  # before the work
 

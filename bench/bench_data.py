@@ -27,7 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from gan3d import records, runtime
+from gan3d import records
+from gan3d.parallel import runtime
 from gan3d.data import files, sharding, showers
 from gan3d.data.generate import generate_dataset
 from gan3d.config import resolve

@@ -25,8 +25,9 @@ import argparse
 import statistics
 import time
 
-from gan3d import records, runtime
-from gan3d.paths import resolve_path
+from gan3d import records
+from gan3d.parallel import runtime
+from gan3d.io import resolve_path
 
 
 def matmul_ceiling(dtype: str, n: int = 2048, repeats: int = 5) -> float:

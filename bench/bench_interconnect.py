@@ -56,8 +56,7 @@ def main(argv=None) -> int:
         return 0
 
     from gan3d import config, records
-    from gan3d.io import provenance
-    from gan3d.paths import resolve_path
+    from gan3d.io import provenance, resolve_path
     from gan3d.scaling import interconnect, multinode
 
     out_path = resolve_path(opts.output)

@@ -36,7 +36,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from gan3d import console, records, runtime  # noqa: E402
+from gan3d import console, records  # noqa: E402
+from gan3d.parallel import runtime  # noqa: E402
 from gan3d.config import resolve, to_dict  # noqa: E402
 from gan3d.convergence import analysis  # noqa: E402
 from gan3d.convergence.analysis import FINAL_POINTS, final_values  # noqa: E402

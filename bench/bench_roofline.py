@@ -36,10 +36,10 @@ def main(argv=None) -> int:
                         "(the file is then marked clean: false)")
     opts = p.parse_args(argv)
 
-    from gan3d import config, records, runtime
+    from gan3d import config, records
+    from gan3d.parallel import runtime
     from gan3d.exceptions import ConfigError
-    from gan3d.io import provenance
-    from gan3d.paths import resolve_path
+    from gan3d.io import provenance, resolve_path
     from gan3d.scaling import experiments, roofline
 
     try:  # a wrong key or value: a named error before anything runs

@@ -110,7 +110,7 @@ def worker(args: dict, out: str) -> None:
 
 def run_pair(args: dict) -> list[dict]:
     """Two independent 1-rank workers at once, each on its own core (no MPI between them)."""
-    from gan3d import runtime
+    from gan3d.parallel import runtime
 
     with tempfile.TemporaryDirectory() as tmp:
         procs = []
@@ -245,7 +245,7 @@ def run_against(opts) -> list[dict]:
     """This checkout against the package in ``opts.against``, every precision and configuration
     of :data:`AGAINST_CONFIGS`, the two codes interleaved within each repeat."""
     from gan3d.convergence.verify import package_root
-    from gan3d.runtime import pythonpath
+    from gan3d.parallel.runtime import pythonpath
 
     codes = {"this": None, "reference": str(package_root(opts.against))}
     done = {(p, c, k): [] for p in opts.precisions for c in AGAINST_CONFIGS for k in codes}
@@ -349,9 +349,8 @@ def main(argv=None) -> int:
     from gan3d.config import parse_overrides, resolve
     from gan3d.exceptions import ConfigError
     from gan3d.gan.model import step_flops
-    from gan3d.io import provenance
-    from gan3d.paths import resolve_path
-    from gan3d.runtime import cpu_has_bf16
+    from gan3d.io import provenance, resolve_path
+    from gan3d.parallel.runtime import cpu_has_bf16
 
     records.check_writable(resolve_path(opts.output), opts.allow_dirty)  # its folder: all 3
     try:  # a wrong key or value: a named error before any launch

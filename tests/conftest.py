@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import h5py
 import numpy as np
 import pytest
 
-from gan3d import runtime
+from gan3d.parallel import runtime
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
+# The tools that render and check the repository's own pages (tools/pages) are not part of the
+# package; their tests import them as `pages`.
+sys.path.insert(0, str(ROOT / "tools"))
 
 # Multi-process tests launch mpirun and Jupyter kernels: make the environment's bin/ and the
 # Open MPI settings visible to them exactly as the package does for users.
@@ -38,7 +42,7 @@ def run_notebook(tmp_path):
 
     Figures and results go to ``tmp_path`` unless the parameters say otherwise.
     """
-    from gan3d.execute import run_notebook as _run
+    from gan3d.report.execute import run_notebook as _run
 
     def run(name: str, **parameters):
         from nbclient.exceptions import DeadKernelError

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gan3d import runtime
+from gan3d.parallel import runtime
 from gan3d.config import resolve
 from gan3d.exceptions import ConfigError, RankFailed
 from gan3d.gan import backend_check
@@ -136,7 +136,7 @@ def test_each_process_of_a_node_takes_the_gpu_of_its_local_rank(monkeypatch):
     (None, True, "float32"),       # a CPU with AVX512_BF16: training's auto follows the evidence
 ])
 def test_jax_precision_follows_the_device(monkeypatch, gpu, cpu_bf16, expected):
-    from gan3d import runtime
+    from gan3d.parallel import runtime
     from gan3d.gan.jax import backend
 
     monkeypatch.setattr(backend, "_gpu", lambda: gpu)

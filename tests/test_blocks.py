@@ -1,11 +1,11 @@
-"""gan3d.blocks: the marked blocks that the README's claims and the long runs' page are
+"""gan3d.report.blocks: the marked blocks that the README's claims and the long runs' page are
 rendered into - found once each, replaced in place, written only when changed."""
 
 from __future__ import annotations
 
 import pytest
 
-from gan3d import blocks, claims
+from gan3d.report import blocks, claims
 from gan3d.exceptions import PageBlockError
 
 MARKS = {"a": ("<!-- a -->", "<!-- /a -->"), "b": ("<!-- b -->", "<!-- /b -->")}

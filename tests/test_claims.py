@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gan3d import claims
-from gan3d.claims import equivalence, registry, rules
-from gan3d.paths import repo_root
+from gan3d.report import claims
+from gan3d.report.claims import equivalence, registry, rules
+from gan3d.io import repo_root
 
 ROOT = repo_root()
 
@@ -339,7 +339,8 @@ def test_auto_trains_in_bfloat16_only_once_the_ledger_says_it_trains_like_float3
     """The default precision is decided by the evidence: training's ``auto`` is bfloat16 exactly
     when the committed studies reproduce ``bfloat16-like-float32`` - so a precision study that
     decides (either way) fails this test until the default follows it."""
-    from gan3d import config, runtime
+    from gan3d import config
+    from gan3d.parallel import runtime
 
     verdict = _by_id(claims.ledger(ROOT))["bfloat16-like-float32"]["verdict"]
     monkeypatch.setattr(runtime, "cpu_has_bf16", lambda *a, **k: True)  # a CPU that has it
@@ -398,8 +399,9 @@ def test_the_readme_summary_is_the_committed_ledger(tmp_path):
     data = json.loads((ROOT / "figures" / "claims.json").read_text())
     readme = (ROOT / "README.md").read_text()
     block = readme.split(claims.BEGIN)[1].split(claims.END)[0]
-    assert block.strip() == claims.readme_block(data).strip(), \
-        "README.md's claims summary is stale: run `python -m gan3d.claims --readme README.md`"
+    assert block.strip() == claims.readme_block(data).strip(), (
+        "README.md's claims summary is stale: run "
+        "`python -m gan3d.report.claims --readme README.md`")
     # CLAIMS.md and claims.json come from the same run.
     assert claims.summary_line(data) in (ROOT / "figures" / "CLAIMS.md").read_text()
     # The mutations: a verdict changed in a copy of the JSON, or a word in a copy of the README.

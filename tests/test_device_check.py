@@ -43,7 +43,7 @@ def test_device_check_runs_without_tensorflow_and_its_generator_loads_in_tensorf
     assert "showers/s" in run.stdout and "of matmul ceiling" in run.stdout
     r = json.loads((out / "device_check.json").read_text())
     assert r["device"]["platform"] == "cpu" and r["device"]["count"] >= 1
-    # auto trains in float32 with JAX on every device (gan3d.runtime.training_auto)
+    # auto trains in float32 with JAX on every device (gan3d.parallel.runtime.training_auto)
     assert r["precision"] == "float32"
     assert r["global_batch"] == 2 * r["device"]["count"]
     timed = r["timed"]

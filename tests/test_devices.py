@@ -8,7 +8,8 @@ import types
 
 import pytest
 
-from gan3d import config, runtime
+from gan3d import config
+from gan3d.parallel import runtime
 from gan3d.exceptions import ConfigError
 from gan3d.parallel import devices
 

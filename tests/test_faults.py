@@ -21,7 +21,8 @@ import numpy as np
 import psutil
 import pytest
 
-from gan3d import config, runtime
+from gan3d import config
+from gan3d.parallel import runtime
 
 pytestmark = [pytest.mark.slow, pytest.mark.mpi]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gan3d import runtime
+from gan3d.parallel import runtime
 from gan3d.exceptions import ConfigError, RankFailed
 from gan3d.parallel import jobs
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from gan3d import runtime
+from gan3d.parallel import runtime
 from gan3d.lab import lab_command
 
 from conftest import NOTEBOOKS, ROOT

@@ -1,4 +1,5 @@
-"""gan3d.validation.longruns: studies/README.md's progress of the long runs is their checkpoints'.
+"""studies/README.md's progress of the long runs is their checkpoints' (gan3d.validation.longruns:
+the sessions' numbers, which notebook 04 shows too; tools/pages/longruns.py: the page's blocks).
 
 The committed page must be current; the mutations below show that a number edited by hand, a
 session left out, rows that do not chain and a checkpoint that moved on without a row are caught,
@@ -16,6 +17,7 @@ import pytest
 
 from gan3d.exceptions import PageBlockError, StudyFileError
 from gan3d.validation import longruns
+from pages import longruns as page_blocks
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "studies" / "README.md"
@@ -34,8 +36,8 @@ def page(tmp_path) -> Path:
 
 
 def test_the_committed_page_is_current():
-    assert longruns.check(PAGE, ROOT) == []
-    assert longruns.main([str(PAGE), "--root", str(ROOT)]) == 0
+    assert page_blocks.check(PAGE, ROOT) == []
+    assert page_blocks.main([str(PAGE), "--root", str(ROOT)]) == 0
 
 
 def test_each_sessions_row_is_the_median_and_range_of_its_epochs_rates():
@@ -54,7 +56,8 @@ def test_each_sessions_row_is_the_median_and_range_of_its_epochs_rates():
 
 def test_the_standing_table_says_where_each_committed_checkpoint_is():
     found = longruns.runs(ROOT)
-    block = PAGE.read_text().split(longruns.STANDING_BEGIN)[1].split(longruns.STANDING_END)[0]
+    text = PAGE.read_text()
+    block = text.split(page_blocks.STANDING_BEGIN)[1].split(page_blocks.STANDING_END)[0]
     rows = {c[0]: c for c in ([x.strip() for x in line.strip("|").split("|")]
                                for line in block.strip().splitlines()[2:])}
     assert set(rows) == set(longruns.RUNS)
@@ -73,7 +76,7 @@ def test_the_standing_table_says_where_each_committed_checkpoint_is():
         epoch_s = statistics.median(r["time_epoch_s"] for r in history if first < r["epoch"] <= end)
         left = (longruns.BUDGET - history[-1]["showers_seen"]) / per_epoch
         assert float(rows[run][4]) == pytest.approx(left * epoch_s / 3600, abs=0.05)
-        met = [r["mon_targets_met"] for r in history[-longruns.LAST:]]
+        met = [r["mon_targets_met"] for r in history[-page_blocks.LAST:]]
         assert rows[run][5] == (f"{min(met)} of 20" if min(met) == max(met)
                                 else f"{min(met)}-{max(met)} of 20")
 
@@ -84,11 +87,11 @@ def test_a_number_edited_by_hand_is_reported_and_render_puts_it_back(page):
     cells = row.split("|")
     cells[5] = f" {float(cells[5]) + 0.3:.1f} "  # the median showers/s
     page.write_text(text.replace(row, "|".join(cells)))
-    stale = longruns.check(page, ROOT)
+    stale = page_blocks.check(page, ROOT)
     assert len(stale) == 1 and "should read" in stale[0] and row.strip() in stale[0]
-    assert longruns.main([str(page), "--root", str(ROOT)]) == 1
-    assert longruns.render(page, ROOT) is True
-    assert page.read_text() == text and longruns.check(page, ROOT) == []
+    assert page_blocks.main([str(page), "--root", str(ROOT)]) == 1
+    assert page_blocks.render(page, ROOT) is True
+    assert page.read_text() == text and page_blocks.check(page, ROOT) == []
 
 
 def test_an_edited_standing_number_is_reported(page):
@@ -97,7 +100,7 @@ def test_an_edited_standing_number_is_reported(page):
                     lambda m: m[1] + f"{float(m[2]) - 0.5:.2f}", text, count=1)
     assert edited != text
     page.write_text(edited)
-    assert len(longruns.check(page, ROOT)) == 1
+    assert len(page_blocks.check(page, ROOT)) == 1
 
 
 def test_a_checkpoint_that_moved_on_without_a_row_is_refused(page):
@@ -105,8 +108,8 @@ def test_a_checkpoint_that_moved_on_without_a_row_is_refused(page):
     last_1w = [r for r in _session_rows(text) if "| 1 worker |" in r][-1]
     page.write_text(text.replace(last_1w + "\n", ""))
     with pytest.raises(StudyFileError, match="add a row for the session"):
-        longruns.check(page, ROOT)
-    assert longruns.main([str(page), "--root", str(ROOT)]) == 2
+        page_blocks.check(page, ROOT)
+    assert page_blocks.main([str(page), "--root", str(ROOT)]) == 2
 
 
 def test_rows_that_do_not_chain_are_refused(page):
@@ -116,7 +119,7 @@ def test_rows_that_do_not_chain_are_refused(page):
     page.write_text(text.replace(first_2w, first_2w.replace(f"| {a}-{b} |",
                                                             f"| {int(a) + 1}-{b} |")))
     with pytest.raises(StudyFileError, match="must chain"):
-        longruns.check(page, ROOT)
+        page_blocks.check(page, ROOT)
 
 
 def test_a_row_beyond_the_checkpoint_and_a_page_without_blocks_are_refused(page):
@@ -126,23 +129,31 @@ def test_a_row_beyond_the_checkpoint_and_a_page_without_blocks_are_refused(page)
     extra = f"| 99 | 2099-01-01 | 2 workers | {end}-{end + 3} | | | |"
     page.write_text(text.replace(last_2w, last_2w + "\n" + extra))
     with pytest.raises(StudyFileError, match="does not hold"):
-        longruns.check(page, ROOT)
-    page.write_text(text.replace(longruns.STANDING_END, ""))
+        page_blocks.check(page, ROOT)
+    page.write_text(text.replace(page_blocks.STANDING_END, ""))
     with pytest.raises(PageBlockError, match="needs one"):
-        longruns.check(page, ROOT)
-    assert longruns.main([str(page), "--root", str(ROOT)]) == 2
+        page_blocks.check(page, ROOT)
+    assert page_blocks.main([str(page), "--root", str(ROOT)]) == 2
 
 
 def test_estimates_are_quoted_to_two_significant_digits():
-    assert (longruns._rounded("2,319,183 [380,984, > 100x now]")
+    assert (page_blocks._rounded("2,319,183 [380,984, > 100x now]")
             == "2,300,000 [380,000, > 100x now]")
-    assert longruns._rounded("277,215 [226,964, 320,459]") == "280,000 [230,000, 320,000]"
-    assert longruns._rounded("met now") == "met now"
+    assert page_blocks._rounded("277,215 [226,964, 320,459]") == "280,000 [230,000, 320,000]"
+    assert page_blocks._rounded("met now") == "met now"
 
 
 def test_the_sessions_table_notebook_04_shows_is_the_pages():
     block = PAGE.read_text().split(longruns.SESSIONS_BEGIN)[1].split(longruns.SESSIONS_END)[0]
     assert longruns.sessions_table(ROOT) == block.strip()
+
+
+def test_the_sessions_table_needs_its_markers_once(tmp_path):
+    (tmp_path / "studies").mkdir()
+    page = tmp_path / "studies" / "README.md"
+    page.write_text(PAGE.read_text().replace(longruns.SESSIONS_END, ""))
+    with pytest.raises(PageBlockError, match="needs one"):
+        longruns.sessions_table(tmp_path)
 
 
 def test_the_sessions_chain_from_each_runs_recorded_fork():

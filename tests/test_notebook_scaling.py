@@ -12,7 +12,7 @@ import pytest
 
 from conftest import ROOT
 from figure_data import described, one, panels, series, values
-from gan3d import claims
+from gan3d.report import claims
 from gan3d.scaling import energy, topology
 
 FIGURES = ("fig1_node_fabric.png", "fig1_this_machine.png", "fig2_step_breakdown.png",

@@ -107,7 +107,7 @@ def test_notebook_02_trains_one_and_two_workers(run_notebook, tmp_path):
                         for o in c.get("outputs", []) if o.get("output_type") == "display_data"])
     assert (f"**stale**: {len(study['stale'])} run(s)" in shown) == bool(study["stale"])
     # It ends with its claims, decided from the committed studies (the ledger's rule).
-    from gan3d import claims
+    from gan3d.report import claims
 
     for cid in ("n-workers-like-one", "bfloat16-like-float32", "local-sgd"):
         verdict = claims.ledger(ids=(cid,))["claims"][0]["verdict"]

@@ -75,7 +75,7 @@ def test_notebook_runs_and_writes_figures(run_notebook, tmp_path):
     # "by 1,000 showers" unless it is already visible.
     import nbformat
 
-    from gan3d import claims
+    from gan3d.report import claims
 
     last = "".join(o.get("data", {}).get("text/markdown", "")
                    for o in nbformat.read(out, as_version=4).cells[-1].outputs)

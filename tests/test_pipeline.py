@@ -13,7 +13,7 @@ import re
 import nbformat
 import pytest
 
-from gan3d.pipeline import STEPS, reproduce
+from gan3d.report.pipeline import STEPS, reproduce
 
 pytestmark = pytest.mark.notebook
 
@@ -76,7 +76,7 @@ def test_runs_in_order_publishes_figures_and_index(project):
     index = (figures / "README.md").read_text()
     for s in STEPS:
         assert f"{s.name}_fig.png" in index and s.notebook in index
-    from gan3d.pipeline import _code_hash
+    from gan3d.report.pipeline import _code_hash
 
     assert f"`{_code_hash()[:12]}`" in index  # the code that made them, not a commit
     assert not re.search(rf"\b{re.escape(platform.node())}\b", index)  # no host name
@@ -138,7 +138,8 @@ def test_failure_names_notebook_and_cell_and_keeps_earlier_figures(project):
 
 @pytest.mark.slow
 def test_cli_exit_status_is_nonzero_on_failure(project, monkeypatch):
-    from gan3d import cli, pipeline
+    from gan3d import cli
+    from gan3d.report import pipeline
 
     _write_notebook(project / "notebooks" / STEPS[0].notebook, "x", fail=True)
     real = pipeline.reproduce
@@ -149,8 +150,8 @@ def test_cli_exit_status_is_nonzero_on_failure(project, monkeypatch):
 
 
 def test_index_shows_project_paths_relative_to_the_project():
-    from gan3d.paths import repo_root
-    from gan3d.figure_index import shown as _shown
+    from gan3d.io import repo_root
+    from gan3d.report.figure_index import shown as _shown
 
     inside = str(repo_root() / "results" / "training" / "train_1w")
     assert _shown([inside, "/elsewhere/x"]) == ["results/training/train_1w", "/elsewhere/x"]
@@ -198,7 +199,9 @@ def test_index_names_the_training_budget_of_the_generators_a_figure_shows(tmp_pa
     import json
 
     from gan3d.gan import reference
-    from gan3d.figure_index import seven_cells as _seven_cells, shows_generators as _shows_generators, training_budgets
+    from gan3d.report.figure_index import seven_cells as _seven_cells
+    from gan3d.report.figure_index import shows_generators as _shows_generators
+    from gan3d.report.figure_index import training_budgets
 
     for workers, seen in ((1, 192), (2, 384)):
         run = tmp_path / "training" / f"train_{workers}w"

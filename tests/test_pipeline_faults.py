@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from gan3d.exceptions import DataValueError, OutsideTrainedRange, PipelineBusy
-from gan3d.pipeline import LOCK, STEPS, read_state, reproduce
+from gan3d.report.pipeline import LOCK, STEPS, read_state, reproduce
 
 DATA_NB = STEPS[0].notebook  # the first notebook: the one the signals interrupt
 
@@ -48,7 +48,8 @@ while (results / "hold").exists():
 DRIVER = """
 import sys
 from pathlib import Path
-from gan3d import cli, pipeline
+from gan3d import cli
+from gan3d.report import pipeline
 root, real = Path(sys.argv[1]), pipeline.reproduce
 pipeline.reproduce = lambda *a, **k: real(*a, notebooks_dir=root / "notebooks",
     results_dir=root / "results", figures_dir=root / "figures", verbose=False, **k)
@@ -58,7 +59,7 @@ sys.exit(cli.main(["reproduce", *sys.argv[2:]]))
 # A second process that holds the pipeline's lock of a results folder until its stdin closes.
 HOLDER = """
 import sys
-from gan3d.pipeline import run_lock
+from gan3d.report.pipeline import run_lock
 with run_lock(sys.argv[1]):
     print("held", flush=True)
     sys.stdin.read()
@@ -253,7 +254,7 @@ def test_a_run_ended_inside_a_notebook_publishes_nothing_and_is_redone(project, 
         # answers, may log a ZMQError of ipykernel's: that is the kernel's stderr)
         assert run.returncode == 130
         assert err.strip().splitlines()[-1] == "gan3d reproduce: interrupted"
-        assert "KeyboardInterrupt" not in err and "gan3d/pipeline.py" not in err
+        assert "KeyboardInterrupt" not in err and "gan3d/report/pipeline.py" not in err
         assert f"{DATA_NB} interrupted" in err and "the next run redoes it" in err
         assert _gone(kernel, 30)  # the notebook's kernel was shut down with the run
     else:
@@ -284,7 +285,7 @@ def test_the_cell_task_left_by_ctrl_c_does_not_speak_after_the_last_line(caplog)
     from jupyter_core.utils import ensure_event_loop
     from nbclient.exceptions import DeadKernelError
 
-    from gan3d.execute import quiet_dead_kernel_tasks
+    from gan3d.report.execute import quiet_dead_kernel_tasks
 
     async def cell():
         raise DeadKernelError("Kernel died")
@@ -313,7 +314,7 @@ def test_the_cell_task_left_by_ctrl_c_does_not_speak_after_the_last_line(caplog)
 def test_a_kernel_that_dies_fails_its_notebook_by_name_or_is_the_interrupt(project, interrupted):
     """A kernel killed from outside (here: by its own cell) is a named failure, not nbclient's
     traceback; after Ctrl-C (which signals the kernel too) its death is the interrupt."""
-    from gan3d import pipeline
+    from gan3d.report import pipeline
 
     nb = nbformat.read(project / "notebooks" / DATA_NB, as_version=4)
     nb.cells[1].source = "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)"

@@ -13,7 +13,7 @@ def test_measure_step_rate_times_real_steps_within_physical_limits(tmp_path):
     """The step-rate probe times exactly the steps asked for, within what the cores can do, on
     random batches and on the real pipeline; a bad data source is a named choice."""
     from gan3d import config
-    from gan3d.runtime import cpu_count
+    from gan3d.parallel.runtime import cpu_count
 
     cfg = config.resolve("quick", {"train.batch_size": 2, "data.path": str(tmp_path / "data"),
                                    "data.n_showers": 40, "data.n_files": 4})

@@ -1,4 +1,5 @@
-"""gan3d.quotes: every measured number of the README and docs/ is rendered from its JSON file.
+"""tools/pages/quotes.py: every measured number of the README and docs/ is rendered from its JSON
+file.
 
 The pages in the repository must be current (every marker renders to its text, no number that
 looks measured outside a marker); the mutations below show that an edited number on either side,
@@ -14,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from gan3d import quotes
-from gan3d.quotes import QUOTES, check, render, render_quote, unmarked
+from pages import quotes
+from pages.quotes import QUOTES, check, render, render_quote, unmarked
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from gan3d import runtime
+from gan3d.parallel import runtime
 from gan3d.exceptions import ConfigError, EnvironmentProblem
 
 

@@ -9,7 +9,8 @@ import json
 import numpy as np
 import pytest
 
-from gan3d import config, runtime
+from gan3d import config
+from gan3d.parallel import runtime
 from gan3d.exceptions import ConfigError
 from gan3d.scaling import experiments as scaling
 

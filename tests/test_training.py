@@ -9,7 +9,8 @@ import time
 import numpy as np
 import pytest
 
-from gan3d import config, runtime
+from gan3d import config
+from gan3d.parallel import runtime
 from gan3d.gan import checkpoints, training
 from gan3d.gan.horovod import LOSS_NAMES, HorovodStep
 from gan3d.exceptions import (CheckpointError, ConfigError, DataFileMissing, NonFiniteLoss,

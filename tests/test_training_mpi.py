@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gan3d import runtime
+from gan3d.parallel import runtime
 from gan3d.config import resolve
 from gan3d.parallel.launch import launch
 from gan3d.exceptions import RankFailed

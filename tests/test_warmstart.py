@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from gan3d import config, runtime
+from gan3d import config
+from gan3d.parallel import runtime
 from gan3d.convergence import analysis, warmstart
 from gan3d.exceptions import ConfigError
 

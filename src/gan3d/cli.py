@@ -29,7 +29,7 @@ from . import __version__
 from .config import PROFILES, parse_overrides, resolve
 from .exceptions import Gan3dError
 from .parallel.launch import guard, in_mpi_job, launch
-from .runtime import apply_process_defaults
+from .parallel.runtime import apply_process_defaults
 
 __all__ = ["main", "build_parser"]
 
@@ -350,7 +350,7 @@ def _cmd_data(args: argparse.Namespace) -> int:
 
 
 def _cmd_reproduce(args: argparse.Namespace) -> int:
-    from . import pipeline
+    from .report import pipeline
 
     _bounded_interrupt("reproduce", pipeline.RUNNING)
     summary = pipeline.reproduce(args.profile, parse_overrides(args.overrides), force=args.force,

@@ -407,7 +407,7 @@ def resolved_precision(cfg: Config, gpu: tuple[int, int] | None = None) -> Confi
                           "or bfloat16")
     if cfg.train.precision != "auto":
         return cfg
-    from .runtime import training_auto
+    from .parallel.runtime import training_auto
     return cfg.replace(**{"train.precision": training_auto(gpu, cfg.train.backend,
                                                            TRAINING_AUTO_CPU_BF16)})
 

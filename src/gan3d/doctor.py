@@ -14,8 +14,8 @@ from typing import Iterable, Literal
 
 import psutil
 
-from . import __version__, runtime
-from .parallel import devices, distributed
+from . import __version__
+from .parallel import devices, distributed, runtime
 
 __all__ = ["Finding", "Status", "collect", "report"]
 

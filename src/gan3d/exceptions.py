@@ -100,7 +100,7 @@ class StudyFileError(Gan3dError, ValueError):
 
 class PageBlockError(Gan3dError, ValueError):
     """A page (README.md, studies/README.md) lacks a block that gan3d renders into, holds its
-    markers twice or in the wrong order (:mod:`gan3d.blocks`)."""
+    markers twice or in the wrong order (:mod:`gan3d.report.blocks`)."""
 
 
 class UncommittedChanges(StudyFileError):

@@ -1,4 +1,10 @@
-"""Atomic, durable writes and provenance: no half-written file ever looks complete.
+"""Where files live, atomic and durable writes, and provenance: no half-written file ever looks
+complete.
+
+Relative paths in a configuration (``data/synthetic``, ``results/train``) are taken relative to
+the repository root (:func:`repo_root`, :func:`resolve_path`), so that notebooks opened from
+``notebooks/`` and commands run from anywhere inside the checkout agree. Outside a checkout (an
+installed package) the current folder is the root.
 
 Every file gan3d writes (data, checkpoints, results, figures) goes through :func:`atomic_path`:
 the content is written to a temporary name in the same folder, flushed to the disk, and renamed
@@ -25,11 +31,29 @@ import numpy as np
 
 from . import __version__
 from .exceptions import OutputNotWritable
-from .runtime import cpu_count
+from .parallel.runtime import cpu_count
 
-__all__ = ["atomic_path", "fsync_path", "remove_temporaries", "TMP_MARK", "write_json", "read_json",
-           "ensure_dir", "provenance", "git_commit", "git_state", "GitState",
-           "repository_of"]
+__all__ = ["repo_root", "resolve_path", "atomic_path", "fsync_path", "remove_temporaries",
+           "TMP_MARK", "write_json", "read_json", "ensure_dir", "provenance", "git_commit",
+           "git_state", "GitState", "repository_of"]
+
+
+def repo_root() -> Path:
+    """The checkout's root: ``$GAN3D_ROOT``, else the nearest parent with pyproject.toml."""
+    env = os.environ.get("GAN3D_ROOT")
+    if env:
+        return Path(env).resolve()
+    for start in (Path.cwd(), Path(__file__).resolve().parent):
+        for p in (start, *start.parents):
+            if (p / "pyproject.toml").is_file() and (p / "src" / "gan3d").is_dir():
+                return p
+    return Path.cwd()
+
+
+def resolve_path(path: str | os.PathLike) -> Path:
+    """``path`` if absolute, else relative to :func:`repo_root`."""
+    p = Path(path).expanduser()
+    return p if p.is_absolute() else repo_root() / p
 
 
 def ensure_dir(path: str | os.PathLike) -> Path:

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from .paths import repo_root
+from .io import repo_root
 
 __all__ = ["LAB_SETTINGS", "lab_settings", "lab_command"]
 

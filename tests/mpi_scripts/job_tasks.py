@@ -11,7 +11,7 @@ def rank_values(job: dict, world) -> dict:
     threads, a bit mask of the cores it may run on, and a number only that rank computes."""
     import numpy as np
 
-    from gan3d import runtime
+    from gan3d.parallel import runtime
     from gan3d.parallel import distributed
 
     mask = sum(1 << c for c in os.sched_getaffinity(0))

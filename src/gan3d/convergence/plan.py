@@ -20,7 +20,7 @@ import numpy as np
 
 from ..config import Config
 from ..exceptions import ConfigError
-from ..paths import resolve_path
+from ..io import resolve_path
 
 __all__ = ["Run", "plan", "run_config", "run_kind", "code_hash", "code_of", "summarise_history",
            "COMPONENTS", "SUMMARY", "KINDS"]

@@ -36,13 +36,14 @@ from typing import Any
 
 import numpy as np
 
-from .. import console, runtime
+from .. import console
 from ..config import Config, to_dict
 from ..exceptions import Gan3dError
 from ..io import ensure_dir, provenance, write_json
 from ..records import check_writable, stamp, write
+from ..parallel import runtime
 from ..parallel.launch import launch
-from ..paths import resolve_path
+from ..io import resolve_path
 from .plan import Run, code_hash, plan, run_config, summarise_history
 
 log = console.get_logger(__name__)

@@ -48,13 +48,14 @@ from typing import Callable, Sequence, TypedDict
 import h5py
 import numpy as np
 
-from .. import console, runtime
+from .. import console
 from ..config import Config, flatten, to_dict
 from ..exceptions import Gan3dError
 from ..gan.history import read_history
 from ..io import ensure_dir, write_json
+from ..parallel import runtime
 from ..parallel.launch import launch
-from ..paths import resolve_path
+from ..io import resolve_path
 from ..records import require_clean
 from .plan import KINDS, Run, run_config, run_kind
 

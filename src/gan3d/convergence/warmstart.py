@@ -9,7 +9,7 @@ base lr ``warm.learning_rate``, evaluating the physics monitors ``warm.points`` 
 ``<N>w[-<rule>][-k<K>][-bf16]``: N workers; the lr rule (``linear`` lr x N, ``sqrt``, ``none``);
 local SGD averaging every K steps; bfloat16 instead of float32. The first of ``warm.configs`` is
 the reference (``1w``), every other one a candidate against it; bfloat16 configurations are
-skipped, and said so, where the CPU has no bfloat16 (:func:`gan3d.runtime.cpu_has_bf16`).
+skipped, and said so, where the CPU has no bfloat16 (:func:`gan3d.parallel.runtime.cpu_has_bf16`).
 
 **The paired design.** Every run trains with ``train.data_order = "global"``
 (:class:`gan3d.data.sharding.GlobalOrder`): seed s fixes one sequence of showers, and the latent
@@ -43,11 +43,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import console, runtime
+from .. import console
 from ..config import Config, to_dict
 from ..exceptions import ConfigError, Gan3dError
 from ..io import ensure_dir, provenance
-from ..paths import resolve_path
+from ..parallel import runtime
+from ..io import resolve_path
 from ..records import check_writable, stamp, write
 from . import analysis
 from .plan import code_hash as _training_hash

@@ -27,9 +27,8 @@ import numpy as np
 
 from .. import console
 from ..exceptions import DataError, OutputNotWritable
-from ..io import ensure_dir, provenance, read_json, write_json
-from ..paths import resolve_path
-from ..runtime import cpu_count
+from ..io import ensure_dir, provenance, read_json, resolve_path, write_json
+from ..parallel.runtime import cpu_count
 from .files import MANIFEST, sha256, shower_file
 from . import showers
 

@@ -8,7 +8,7 @@ from typing import Sequence
 import numpy as np
 
 from . import showers
-from ..paths import resolve_path
+from ..io import resolve_path
 from .files import list_files, read_showers, split_files
 
 __all__ = ["load_sample", "reference_showers"]

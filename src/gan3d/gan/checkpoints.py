@@ -37,8 +37,7 @@ import numpy as np
 from .. import console
 from ..config import Config, changes, lr_factor, to_dict
 from ..exceptions import CheckpointError
-from ..io import atomic_path, ensure_dir, provenance, repository_of, write_json
-from ..paths import resolve_path
+from ..io import atomic_path, ensure_dir, provenance, repository_of, resolve_path, write_json
 
 __all__ = ["save_checkpoint", "latest_checkpoint", "all_checkpoints", "load_checkpoint",
            "load_latest", "restore_variables", "check_compatible", "fork", "fork_source",

@@ -29,12 +29,13 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from .. import console, runtime
+from .. import console
 from ..data.calorimeter import NETWORK_SCALE
 from ..data.files import GAN_ORIGIN, ORIGIN_ATTR, shower_file
 from ..config import DataConfig
 from ..exceptions import ConfigError, OutsideTrainedRange
 from ..io import provenance
+from ..parallel import runtime
 from . import reference
 from .inference import inference_network
 from .step import E_RANGE

@@ -67,7 +67,7 @@ from ..data.generate import generate_dataset
 from ..exceptions import Gan3dError, NonFiniteLoss
 from ..io import ensure_dir, provenance, remove_temporaries, write_json
 from ..parallel import distributed
-from ..paths import resolve_path
+from ..io import resolve_path
 from ..validation import monitors
 from . import checkpoints
 from .history import (HISTORY_FIELDS, HISTORY_SCHEMA, HistoryRow, Progress, TensorBoard,
@@ -416,7 +416,7 @@ def _threads() -> int:
     try:
         import tensorflow as tf
     except ImportError:  # a JAX-only machine
-        from ..runtime import cpu_count
+        from ..parallel.runtime import cpu_count
 
         return cpu_count()
     return tf.config.threading.get_intra_op_parallelism_threads()

@@ -1,5 +1,7 @@
 """Running on several processes: Horovod/MPI collectives, launchers, ipyparallel MPI engines.
 
+* :mod:`~gan3d.parallel.runtime` - process settings for MPI and TensorFlow (threads per rank,
+  yielding waits, mpirun's binding), read by every room;
 * :mod:`~gan3d.parallel.distributed` - every Horovod and MPI call of the package (marked
   ``DISTRIBUTED``); world size 1 is the same code path;
 * :mod:`~gan3d.parallel.launch` - ``mpirun`` jobs on this machine that fail fast when a rank fails;

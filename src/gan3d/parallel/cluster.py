@@ -34,10 +34,10 @@ from typing import Any, Callable, Iterator
 
 import psutil
 
-from .. import console, runtime
+from .. import console
 from ..config import from_dict, to_dict
 from ..exceptions import EnvironmentProblem, RankFailed
-from . import distributed
+from . import distributed, runtime
 
 __all__ = ["EngineCluster", "start_engines", "mpi_engines", "train_on_engines"]
 

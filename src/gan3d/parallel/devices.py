@@ -8,7 +8,7 @@ before TensorFlow runs anything (:func:`gan3d.parallel.distributed.init`). Witho
 nothing and the rank computes on its CPU cores.
 
 :func:`describe` lists the GPUs with their compute capability, from which
-:func:`gan3d.runtime.gpu_precision` names the fastest precision of their tensor cores
+:func:`gan3d.parallel.runtime.gpu_precision` names the fastest precision of their tensor cores
 (``gan3d doctor`` says it; ``train.precision: auto`` trains in float32 on a GPU regardless).
 
 Every function takes TensorFlow's ``tf.config`` as an argument (default: the real one), so that

@@ -27,9 +27,9 @@ import dataclasses
 import importlib
 from typing import Any, Sequence
 
-from .. import console, runtime
+from .. import console
 from ..exceptions import EnvironmentProblem
-from . import devices
+from . import devices, runtime
 
 __all__ = [
     "World", "init", "init_jax", "world", "average", "allreduce", "broadcast", "broadcast_object",

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .. import runtime
+from . import runtime
 from ..config import from_dict
 from ..exceptions import ConfigError
 from ..io import read_json, write_json

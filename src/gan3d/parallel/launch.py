@@ -1,7 +1,7 @@
 """Starting MPI jobs on this machine, and ending them fast when one rank fails.
 
-* :func:`launch` - ``mpirun -np N`` with the package's settings (:mod:`gan3d.runtime`), output
-  streamed, :class:`~gan3d.exceptions.RankFailed` naming the failing rank;
+* :func:`launch` - ``mpirun -np N`` with the package's settings (:mod:`gan3d.parallel.runtime`),
+  output streamed, :class:`~gan3d.exceptions.RankFailed` naming the failing rank;
 * :func:`guard` - runs a rank's work; on error it prints one marked line and ends the process at
   once, so that the other ranks are not left waiting in an all-reduce.
 
@@ -21,7 +21,7 @@ import time
 import traceback
 from typing import Sequence
 
-from .. import runtime
+from . import runtime
 from ..exceptions import RankFailed
 from . import distributed
 

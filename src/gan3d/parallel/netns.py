@@ -258,7 +258,7 @@ class Network:
         ``mca``: further Open MPI parameters (e.g. the all-reduce algorithm). A rank that fails
         ends the job (mpirun's own fail-fast) and raises :class:`RankFailed`; so does a job that
         outlives ``timeout`` (its process group is killed)."""
-        from .. import runtime
+        from . import runtime
 
         subnet = str(self.subnet)
         params = {"btl": "tcp,self,sm" if per_host > 1 else "tcp,self",

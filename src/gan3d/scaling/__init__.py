@@ -10,11 +10,4 @@
 * :mod:`~gan3d.scaling.perfmodel` - the analytic model: compute + ring all-reduce + Amdahl;
 * :mod:`~gan3d.scaling.speedup` - the model against the measurements and the paper's numbers;
 * :mod:`~gan3d.scaling.topology` - node fabrics: the paper's POWER8 node and this machine.
-
-``gan3d.scaling.run`` and the other functions of gan3d 0.1's ``gan3d.scaling`` module are still
-found here (they live in :mod:`~gan3d.scaling.experiments`).
 """
-
-from .._compat import package_getattr
-
-__getattr__ = package_getattr(__name__, ("gan3d.scaling.experiments",))

@@ -32,14 +32,14 @@ from typing import Sequence
 
 import numpy as np
 
-from .. import console, runtime
+from .. import console
 from ..config import Config, to_dict
 from ..data.files import n_train_files
 from ..data.generate import generate_dataset
 from ..exceptions import ConfigError
-from ..io import atomic_path, ensure_dir, provenance, read_json, write_json
+from ..io import atomic_path, ensure_dir, provenance, read_json, resolve_path, write_json
+from ..parallel import runtime
 from ..parallel.jobs import launch_job
-from ..paths import resolve_path
 from . import energy, perfmodel, speedup, timeline, topology
 
 log = console.get_logger(__name__)

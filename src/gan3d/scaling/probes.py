@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 
-from .. import runtime
+from ..parallel import runtime
 from ..config import from_dict
 from ..parallel import distributed
 from . import energy

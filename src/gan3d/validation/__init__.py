@@ -7,12 +7,6 @@
 * :mod:`~gan3d.validation.sensitivity` - the validator's power against small flaws, by sample size;
 * :mod:`~gan3d.validation.speed` - GAN inference speed against the synthetic generator and Geant4.
 * :mod:`~gan3d.validation.trend` - the showers a run's trend would need to reach a goal;
-* :mod:`~gan3d.validation.longruns` - the long runs' progress in ``studies/README.md``, from
-  their checkpoints.
-
-The functions of gan3d 0.1's ``gan3d.validation`` module are still found here.
+* :mod:`~gan3d.validation.longruns` - the long runs' sessions as ``studies/README.md`` records
+  them, their numbers from the checkpoints.
 """
-
-from .._compat import package_getattr
-
-__getattr__ = package_getattr(__name__, ("gan3d.validation.study", "gan3d.validation.speed"))

@@ -1,51 +1,35 @@
-"""The long runs' progress as ``studies/README.md`` states it, rendered from their checkpoints.
+"""The long runs' sessions as ``studies/README.md`` records them, numbers from the checkpoints.
 
 The long 1- and 2-worker runs go on over many sessions; after each, their newest checkpoints are
-committed in ``studies/long-*-bf16/`` and the README says how far they are. Those numbers are
-not typed: two marked blocks of the README are rendered from the checkpoints' histories (every
-epoch's rate, time and physics monitors):
+committed in ``studies/long-*-bf16/`` and ``studies/README.md`` says how far they are. Its
+sessions table (between :data:`SESSIONS_BEGIN` and :data:`SESSIONS_END`) has one row per run and
+session, whose first columns (session, date, run, epochs ``A-B``, note) are the record of who
+trained what when - the history holds no dates - and whose numbers (median showers/s over epochs
+``A+1`` to ``B`` and their range) are computed from the history.
 
-* the sessions table (between :data:`SESSIONS_BEGIN` and :data:`SESSIONS_END`): one row per run
-  and session, whose first columns (session, date, run, epochs ``A-B``, note) are the record of
-  who trained what when - the history holds no dates - and whose numbers (median showers/s over
-  epochs ``A+1`` to ``B`` and their range) are computed from the history;
-* the standing table (between :data:`STANDING_BEGIN` and :data:`STANDING_END`): per run its
-  newest epoch and showers, its own hours of training since the fork, the hours to
-  :data:`BUDGET` at its last session's median epoch time, the targets its monitors met over the
-  last 5 epochs and :mod:`~gan3d.validation.trend`'s estimates (a planning number, labelled so).
-
-:func:`check` lists what differs between a page and its checkpoints (a number edited by hand, a
-checkpoint that moved on without a row for its session, rows whose epochs do not chain from the
-fork to the newest checkpoint); :func:`render` rewrites the blocks, atomically::
-
-    python -m gan3d.validation.longruns studies/README.md            # check; exit 1 if stale
-    python -m gan3d.validation.longruns --write studies/README.md    # rewrite the numbers
+:func:`runs` reads each run's history and fork from its newest committed checkpoint;
+:func:`sessions_block` recomputes a sessions table's numbers from them and refuses rows whose
+epochs do not chain from the fork to the newest checkpoint; :func:`sessions_table` is the page's
+table so rendered (notebook 04 shows it beside the long runs' learning curves). The repository
+renders and checks the page's blocks with ``python tools/pages longruns``.
 """
 
 from __future__ import annotations
 
-import argparse
 import re
 import statistics
-import sys
 from pathlib import Path
-
 from typing import NamedTuple
 
-from .. import blocks
 from ..exceptions import PageBlockError, StudyFileError
-from ..paths import repo_root
+from ..io import repo_root
 
-__all__ = ["RUNS", "BUDGET", "SESSIONS_BEGIN", "SESSIONS_END", "STANDING_BEGIN", "STANDING_END",
-           "MARKERS", "Run", "runs", "sessions_block", "sessions_table",
-           "standing_block", "render", "check", "main"]
+__all__ = ["RUNS", "BUDGET", "SESSIONS_BEGIN", "SESSIONS_END", "Run", "runs", "sessions_block",
+           "sessions_table", "last_session_epoch_s"]
 
 RUNS = {"1 worker": "studies/long-1w-bf16", "2 workers": "studies/long-2w-bf16"}
 BUDGET = 227_200  # showers each run goes to: 201,600 at lr 1e-3 (x 2), then 25,600 at a tenth
-LAST = 5  # epochs over which the monitors' targets met are quoted
 SESSIONS_BEGIN, SESSIONS_END = "<!-- long-runs:sessions -->", "<!-- /long-runs:sessions -->"
-STANDING_BEGIN, STANDING_END = "<!-- long-runs:standing -->", "<!-- /long-runs:standing -->"
-MARKERS = {"sessions": (SESSIONS_BEGIN, SESSIONS_END), "standing": (STANDING_BEGIN, STANDING_END)}
 SESSIONS_HEAD = ("| session | date | run | epochs | median showers/s | range per epoch | note |\n"
                  "|---|---|---|---|---|---|---|")
 _ROW = re.compile(r"^\|\s*(?P<session>[^|]+?)\s*\|\s*(?P<date>[^|]+?)\s*\|\s*(?P<run>[^|]+?)\s*"
@@ -123,107 +107,24 @@ def sessions_block(block: str, found: dict[str, Run]) -> str:
     return "\n".join([SESSIONS_HEAD, *rows])
 
 
-def _rounded(text: str) -> str:
-    """Every number of ``text`` with thousands separators to 2 significant digits: an
-    extrapolation's estimate is not known to the shower."""
-    def two(m: re.Match) -> str:
-        x = int(m[0].replace(",", ""))
-        return f"{round(x, 2 - len(str(x))):,}"
-    return re.sub(r"\d{1,3}(?:,\d{3})+", two, text)
-
-
-def _last_session_epoch_s(block: str, run: str, history: list[dict]) -> float:
-    """The median time of an epoch (training, test loss and monitors) in the run's last session
-    of the sessions table (a table :func:`sessions_block` rendered, so every row parses)."""
-    last = [m for m in map(_ROW.match, block.strip().splitlines()[2:]) if m and m["run"] == run]
-    rows = _epochs(history, int(last[-1]["first"]), int(last[-1]["last"])) if last else history
-    return statistics.median(r["time_epoch_s"] for r in rows)
-
-
-def standing_block(found: dict[str, Run], sessions: str) -> str:
-    """Where each run stands: epoch, showers, own hours, hours to :data:`BUDGET`, the monitors'
-    targets met over the last epochs and the trend's estimates."""
-    from . import trend
-
-    lines = ["| run | epoch | showers | own hours since the fork | hours to "
-             f"{BUDGET:,} at the last session's median epoch | targets met by the monitors, "
-             f"last {LAST} epochs | showers to {trend.GOAL_TARGETS} targets, estimated [90 %] | "
-             "showers to the resolution goal, estimated [90 %] |", "|---" * 8 + "|"]
-    for run, (history, fork) in found.items():
-        now = history[-1]
-        own = sum(r["time_epoch_s"] for r in history if r["epoch"] > fork) / 3600
-        per_epoch = now["showers_seen"] - history[-2]["showers_seen"]  # the run's own epochs
-        left = max(BUDGET - now["showers_seen"], 0) / per_epoch
-        hours = left * _last_session_epoch_s(sessions, run, history) / 3600
-        met = sorted(int(r["mon_targets_met"]) for r in history[-LAST:])
-        span = f"{met[0]}" if met[0] == met[-1] else f"{met[0]}-{met[-1]}"
-        goal = trend.showers_to_goal(history)
-        lines.append(f"| {run} | {now['epoch']} | {now['showers_seen']:,} | {own:.2f} | "
-                     f"{hours:.1f} | {span} of 20 | "
-                     f"{_rounded(trend.need(goal['targets_met'], 'targets_met'))} | "
-                     f"{_rounded(trend.need(goal['resolution'], 'resolution'))} |")
-    return "\n".join(lines)
-
-
 def sessions_table(root: str | Path | None = None) -> str:
     """The sessions table of ``studies/README.md`` under ``root``, its numbers rendered from the
     committed checkpoints (notebook 04 shows it beside the long runs' learning curves)."""
     root = Path(root) if root else repo_root()
     page = root / "studies" / "README.md"
     text = page.read_text()
-    start, end = blocks.spans(text, MARKERS, str(page))["sessions"]
-    return sessions_block(text[start:end], runs(root))
+    if (text.count(SESSIONS_BEGIN) != 1 or text.count(SESSIONS_END) != 1
+            or text.index(SESSIONS_BEGIN) > text.index(SESSIONS_END)):
+        raise PageBlockError(f"{page} needs one {SESSIONS_BEGIN} ... {SESSIONS_END} block (found "
+                             f"{text.count(SESSIONS_BEGIN)} begin and {text.count(SESSIONS_END)} "
+                             "end markers): restore them around the block")
+    block = text[text.index(SESSIONS_BEGIN) + len(SESSIONS_BEGIN):text.index(SESSIONS_END)]
+    return sessions_block(block, runs(root))
 
 
-def rendered(text: str, root: Path, where: str = "the page") -> str:
-    """``text`` with both blocks rendered from the checkpoints under ``root``."""
-    at = blocks.spans(text, MARKERS, where)
-    found = runs(root)
-    sessions = sessions_block(text[slice(*at["sessions"])], found)
-    return blocks.replaced(text, at, {"sessions": sessions,
-                                      "standing": standing_block(found, sessions)})
-
-
-def check(page: str | Path, root: str | Path | None = None) -> list[str]:
-    """The lines of ``page``'s blocks that differ from their rendering (empty: current)."""
-    page = Path(page)
-    text = page.read_text()
-    new = rendered(text, Path(root) if root else repo_root(), str(page))
-    old_lines, new_lines = text.splitlines(), new.splitlines()
-    diff = [f"{page}: '{a}' should read '{b}'" for a, b in zip(old_lines, new_lines) if a != b]
-    if len(old_lines) != len(new_lines):
-        diff.append(f"{page}: the blocks have {len(old_lines) - len(new_lines):+d} lines")
-    return diff
-
-
-def render(page: str | Path, root: str | Path | None = None) -> bool:
-    """Rewrite ``page``'s blocks from the checkpoints, atomically; True if it changed."""
-    page = Path(page)
-    text = page.read_text()
-    return blocks.write_if_changed(page, text, rendered(text, Path(root) if root else repo_root(),
-                                                        str(page)))
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gan3d.validation.longruns",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("page", nargs="?", default=None, help="default: studies/README.md")
-    parser.add_argument("--write", action="store_true", help="rewrite the blocks' numbers")
-    parser.add_argument("--root", help="the checkout whose studies/ are read")
-    args = parser.parse_args(argv)
-    root = Path(args.root) if args.root else repo_root()
-    page = Path(args.page) if args.page else root / "studies" / "README.md"
-    try:
-        if args.write:
-            print(f"{page}: {'rewritten' if render(page, root) else 'current'}")
-            return 0
-        stale = check(page, root)
-    except (StudyFileError, PageBlockError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print("\n".join(stale) if stale else f"{page}: current")
-    return 1 if stale else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def last_session_epoch_s(block: str, run: str, history: list[dict]) -> float:
+    """The median time of an epoch (training, test loss and monitors) in the run's last session
+    of the sessions table ``block`` (one :func:`sessions_block` rendered, so every row parses)."""
+    last = [m for m in map(_ROW.match, block.strip().splitlines()[2:]) if m and m["run"] == run]
+    rows = _epochs(history, int(last[-1]["first"]), int(last[-1]["last"])) if last else history
+    return statistics.median(r["time_epoch_s"] for r in rows)

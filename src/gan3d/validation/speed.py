@@ -103,7 +103,7 @@ def inference_speed(generator=None, batch_sizes=(1, 8, 32), precisions=None,
     CPUs with bfloat16 instructions; elsewhere it is emulated, ~28x slower, so ``precisions``
     defaults to float32 alone there).
     """
-    from .. import runtime
+    from ..parallel import runtime
     from ..gan import model  # imports TensorFlow
 
     if precisions is None:

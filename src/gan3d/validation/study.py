@@ -23,8 +23,7 @@ from .. import console
 from ..config import Config, to_dict
 from ..data import files, showers
 from ..exceptions import CheckpointError, ConfigError
-from ..io import provenance, write_json
-from ..paths import resolve_path
+from ..io import provenance, resolve_path, write_json
 from . import metrics, physics
 
 __all__ = [

@@ -73,7 +73,7 @@ class JaxBackend:
         return distributed.init_jax()  # DISTRIBUTED: jax.distributed, before any computation
 
     def resolve(self, cfg: Config) -> Config:
-        """``auto`` resolved by :func:`gan3d.runtime.training_auto`: float32 with JAX."""
+        """``auto`` resolved by :func:`gan3d.parallel.runtime.training_auto`: float32 with JAX."""
         return resolved_precision(cfg, _gpu())
 
     def build_step(self, cfg: Config):

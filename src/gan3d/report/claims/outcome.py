@@ -7,12 +7,17 @@ import json
 from pathlib import Path
 from typing import Callable
 
-from ..paths import repo_root
+from ...io import repo_root
 
-__all__ = ["VERDICTS", "KINDS", "MissingEvidence", "Outcome", "Claim", "Evidence"]
+__all__ = ["VERDICTS", "KINDS", "MissingEvidence", "Outcome", "Claim", "Evidence", "percent"]
 
 VERDICTS = ("reproduced", "not reproduced", "inconclusive", "not testable here")
 KINDS = ("measured", "modelled", "estimated", "study")
+
+
+def percent(x: float, digits: int = 1) -> str:
+    """A fraction as an outcome's text says it: ``0.123`` -> ``"12.3 %"``."""
+    return f"{100 * x:.{digits}f} %"
 
 
 class MissingEvidence(LookupError):

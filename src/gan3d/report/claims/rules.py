@@ -6,17 +6,13 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from .outcome import Evidence, MissingEvidence, Outcome
+from .outcome import Evidence, MissingEvidence, Outcome, percent
 
 __all__ = ["train_efficiency", "overall_speedup", "serial_gap", "compute_bound", "nvlink", "power", "other_methods", "earlier_work", "distributed_eval", "model_error", "reference_targets", "inference", "validator"]
 
 
 # ---------------------------------------------------------------------------------------------
 # Small helpers of the decisions
-
-
-def _pct(x: float, digits: int = 1) -> str:
-    return f"{100 * x:.{digits}f} %"
 
 
 def _signed(x: float) -> str:
@@ -49,15 +45,16 @@ def train_efficiency(ev: Evidence) -> Outcome:
     here = two["efficiency"] if two else None
     where = (f"batch {two['batch_per_worker']} per worker" if two and "batch_per_worker" in two
              else "")
-    value = (f"modelled at 12 P100: {_pct(model)}; measured here at 2 workers"
+    value = (f"modelled at 12 P100: {percent(model)}; measured here at 2 workers"
              f"{' (' + where + ')' if where else ''}: "
-             f"{_pct(here) if here is not None else 'not run'}")
+             f"{percent(here) if here is not None else 'not run'}")
     # The model has no stragglers: it says what the ring and the compute allow. The paper's
     # 98.9 % is reachable when the model allows at least 97.9 % (1 point of tolerance).
     verdict = "reproduced" if model >= 0.979 else "not reproduced"
     return Outcome(verdict, "modelled", value,
-                   f"the model on the paper's hardware (no stragglers) allows {_pct(model)} at 12 "
-                   "P100 and batch 512 (needs >= 97.9 %: 98.9 % less 1 point); the 2-worker "
+                   "the model on the paper's hardware (no stragglers) allows "
+                   f"{percent(model)} at 12 P100 and batch 512 (needs >= 97.9 %: 98.9 % less 1 "
+                   "point); the 2-worker "
                    "efficiency measured here is this machine's, at the quick profile's batch",
                    numbers={"model_12": model, "measured_2": here})
 
@@ -85,7 +82,8 @@ def serial_gap(ev: Evidence) -> Outcome:
     rel = measured / amdahl - 1
     gap_s, gap_d = o["efficiency_gap_serial_points"], o["efficiency_gap_distributed_points"]
     value = (f"2 workers, serial evaluation: speed-up {measured:.3f}x against Amdahl's "
-             f"{amdahl:.3f}x from the measured serial fraction {_pct(o['serial_fraction_measured'])}"
+             f"{amdahl:.3f}x from the measured serial fraction "
+             f"{percent(o['serial_fraction_measured'])}"
              f"; efficiency lost: {gap_s:.1f} points serial, {gap_d:.1f} distributed")
     explained = abs(rel) <= 0.05
     gap = gap_s - gap_d
@@ -111,14 +109,14 @@ def compute_bound(ev: Evidence) -> Outcome:
     wait = s["timeline_measured"]["wait_fraction"]
     verdict = "reproduced" if comm < 0.10 else "not reproduced"
     return Outcome(verdict, "measured",
-                   f"all-reduce share of the 2-worker step here: {_pct(comm)} (waiting "
-                   f"{_pct(wait)})", "compute-bound means the all-reduce takes < 10 % of the "
+                   f"all-reduce share of the 2-worker step here: {percent(comm)} (waiting "
+                   f"{percent(wait)})", "compute-bound means the all-reduce takes < 10 % of the "
                    "step (the timeline of notebook 03)",
                    numbers={"comm_fraction": comm, "wait_fraction": wait})
 
 
 def nvlink(ev: Evidence) -> Outcome:
-    from ..scaling import perfmodel as pm
+    from ...scaling import perfmodel as pm
 
     wl = pm.threedgan_workload()
     hw = pm.paper_hardware(wl)
@@ -140,7 +138,7 @@ def nvlink(ev: Evidence) -> Outcome:
 
 
 def power(ev: Evidence) -> Outcome:
-    from ..scaling import energy
+    from ...scaling import energy
 
     e = ev.json("results/scaling/energy.json")
     here = e.get("here") or {}
@@ -174,7 +172,7 @@ def other_methods(ev: Evidence) -> Outcome:
     rows = [r for r in a.get("rows", []) if isinstance(r.get("time_s"), dict)]
     # At the measured size nearest the 3DGAN's largest all-reduce (the generator's gradient),
     # per network and layout: the best algorithm against the ring.
-    from ..scaling import perfmodel as pm
+    from ...scaling import perfmodel as pm
 
     target = max(pm.threedgan_workload().allreduce_bytes)
     sizes = sorted({int(k) for r in rows for k in r["time_s"]})
@@ -192,8 +190,8 @@ def other_methods(ev: Evidence) -> Outcome:
     where = (f" ({best_gain[3]}, {best_gain[1]}, {best_gain[2]} ranks, {int(size) / 2**20:g} MiB)"
              if best_gain[1] else "")
     value = (f"best Open MPI algorithm against the ring on the emulated networks: "
-             f"{_pct(best_gain[0])} less all-reduce time at best{where}; with the all-reduce at "
-             f"{_pct(comm)} of the 2-worker step here, at most {_pct(bound, 2)} of the step")
+             f"{percent(best_gain[0])} less all-reduce time at best{where}; with the all-reduce at "
+             f"{percent(comm)} of the 2-worker step here, at most {percent(bound, 2)} of the step")
     verdict = "not reproduced" if bound < 0.02 else "reproduced"
     return Outcome(verdict, "study", value,
                    "\"other methods could improve the training time\" holds if another "
@@ -203,7 +201,7 @@ def other_methods(ev: Evidence) -> Outcome:
 
 
 def earlier_work(ev: Evidence) -> Outcome:
-    from ..scaling import perfmodel as pm
+    from ...scaling import perfmodel as pm
 
     wl = pm.threedgan_workload()
     hw = pm.paper_hardware(wl)
@@ -269,11 +267,11 @@ def model_error(ev: Evidence) -> Outcome:
         more = math.ceil(n * (u / gap) ** 2) if gap > 1e-3 else None
         needs = ("the error sits on the tolerance's edge: no number of repeats decides it"
                  if more is None else f"about {more} repeats (scale.repeats; {n} here) to "
-                 f"bring the spread inside the gap to +-{_pct(tol, 0)}")
+                 f"bring the spread inside the gap to +-{percent(tol, 0)}")
     return Outcome(verdict, "measured",
                    f"2-worker step: model {m['predicted_step_2_s']:.3f} s, measured "
                    f"{m['measured_step_2_s']:.3f} s ({_signed(rel)} +- "
-                   f"{_pct(u) if n >= 2 else 'unknown'} over {n} repeat{'s' * (n != 1)})",
+                   f"{percent(u) if n >= 2 else 'unknown'} over {n} repeat{'s' * (n != 1)})",
                    "the model calibrated on this machine must predict the 2-worker step within "
                    "+-5 %, the error's spread over the repeats included", needs=needs,
                    numbers={"rel_error": rel, "spread": u, "repeats": n})

@@ -2,8 +2,8 @@
 
 :func:`unmarked` finds every number of a page (README.md, docs/*.md) that reads like a
 measurement - a percentage, a speed-up, showers/s, a time - outside code, links and the
-``<!--q:ID-->...<!--/q-->`` markers of :mod:`gan3d.quotes`, unless it is one of
-:data:`NOT_MEASURED` (the paper's numbers and settings). ``python -m gan3d.quotes`` reports them.
+``<!--q:ID-->...<!--/q-->`` markers of :mod:`quotes` (this folder), unless it is one of
+:data:`NOT_MEASURED` (the paper's numbers and settings). ``python tools/pages quotes`` reports them.
 """
 
 from __future__ import annotations

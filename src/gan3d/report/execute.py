@@ -8,10 +8,10 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
-from . import console
-from .exceptions import NotebookFailed
-from .io import ensure_dir
-from .runtime import apply_process_defaults
+from .. import console
+from ..exceptions import NotebookFailed
+from ..io import ensure_dir
+from ..parallel.runtime import apply_process_defaults
 
 log = console.get_logger(__name__)
 

@@ -10,8 +10,7 @@ import math
 
 import numpy as np
 
-from .outcome import Evidence, MissingEvidence, Outcome
-from .rules import _pct
+from .outcome import Evidence, MissingEvidence, Outcome, percent
 
 __all__ = ["seeds_to_decide", "decide_equivalence", "n_like_one", "bf16", "local_sgd",
            "warm_start", "long_pair", "GOAL"]
@@ -21,7 +20,7 @@ GOAL = {"targets_met": 18, "worst_resolution_ratio": 1.5, "fpd": 5.0}
 
 
 def _convergence_rows(ev: Evidence, candidate: str, reference: str) -> list[dict]:
-    from ..convergence import analysis
+    from ...convergence import analysis
 
     study = ev.json("studies/convergence.json")
     cmp = analysis.compare(study, candidate, reference)
@@ -124,7 +123,8 @@ def local_sgd(ev: Evidence) -> Outcome:
         rows = _convergence_rows(ev, "2w-linear-k16", "2w-linear")
         phys = decide_equivalence(rows, "study", "local SGD k = 16 against k = 1 (2 workers)")
     saved = table.get(16, {}).get("measured saved")
-    comm = f"; communication saved at k = 16: {_pct(saved)} of the step (measured)" if saved else ""
+    comm = (f"; communication saved at k = 16: {percent(saved)} of the step (measured)"
+            if saved else "")
     return dataclasses.replace(phys, value=phys.value + comm, study=phys.value + comm,
                                detail=phys.detail + ("; the saving is measured, the equal physics "
                                                      "is what decides"))
@@ -135,7 +135,7 @@ def _warm_block(ev: Evidence, candidate: str, reference: str | None = None
     """The warm-start study's rows of ``candidate`` against ``reference`` (the study's own, 1w,
     when None; another configuration's rows are recomputed, paired by seed) if every one has
     the planned seeds (``warm.seeds``), else ``[]``: the file then does not count as evidence."""
-    from ..convergence import warmstart
+    from ...convergence import warmstart
 
     relpath = "studies/warm_start.json"
     w = ev.peek(relpath)
@@ -170,7 +170,7 @@ def warm_start(ev: Evidence) -> Outcome:
 def _trend(run: dict) -> str:
     """What the trend of a long run's monitors says of the showers its unmet goals would need
     (:mod:`gan3d.validation.trend`, written by notebook 04): an estimate, said so."""
-    from ..validation import trend
+    from ...validation import trend
 
     est = run.get("showers_to_goal") or {}
     parts = [f"{what}: {trend.need(est[key], key)}"
@@ -189,7 +189,7 @@ def long_pair(ev: Evidence) -> Outcome:
     5): then *reproduced* when the 2-worker one meets the resolution and FPD goal and its
     targets met lie within the studies' margin (2) of the 1-worker's, else *not reproduced*.
     One pair, no seeds: a point comparison, said so. Fixed before the long runs reach the goal."""
-    from ..convergence.analysis import MARGINS
+    from ...convergence.analysis import MARGINS
 
     found = ev.json("results/validation/long_runs.json")
     runs, budget = found.get("runs", {}), found.get("budget")

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import psutil
 
-from .exceptions import ConfigError, EnvironmentProblem
+from ..exceptions import ConfigError, EnvironmentProblem
 
 __all__ = [
     "env_bin",

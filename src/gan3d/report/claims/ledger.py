@@ -9,9 +9,9 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from .. import blocks, console
-from ..io import atomic_path, provenance, write_json
-from ..paths import repo_root
+from ... import console
+from ...io import atomic_path, provenance, repo_root, write_json
+from .. import blocks
 from .outcome import VERDICTS, Claim, Evidence, MissingEvidence, Outcome
 from .registry import CLAIMS
 
@@ -109,7 +109,7 @@ def _sizes(run: dict) -> str:
 
 
 def _cpu_model() -> str:
-    from ..scaling.energy import cpu_model
+    from ...scaling.energy import cpu_model
 
     return cpu_model() or platform.machine()
 
@@ -141,12 +141,12 @@ def markdown(data: dict) -> str:
     clean = {True: "clean", False: "with uncommitted changes", None: "tree unknown"}[
         prov.get("clean")]
     lines = ["# Claims: what this run reproduced", "",
-             f"Decided on {prov.get('time_utc', '?')[:10]} by `gan3d.claims` at commit "
+             f"Decided on {prov.get('time_utc', '?')[:10]} by `gan3d.report.claims` at commit "
              f"`{str(commit)[:12]}` ({clean}) from the results of `gan3d reproduce` "
              f"(their commits under each claim), profile `{run.get('profile') or '?'}`, on "
              f"{run.get('cpu') or '?'} ({run.get('cores') or '?'} cores); sizes: {_sizes(run)}. "
-             "Every tolerance was fixed in `gan3d.claims` before the run; *measured* means on "
-             "this machine in this run, *modelled* the performance model on the paper's "
+             "Every tolerance was fixed in `gan3d.report.claims` before the run; *measured* "
+             "means on this machine in this run, *modelled* the performance model on the paper's "
              "hardware, *estimated* from published figures, *study* a committed study "
              "(`studies/`, provenance below).", "",
              f"**{summary_line(data)}.**", "", *_table(data["claims"]), "", "## Why, claim by claim",
@@ -195,7 +195,7 @@ def notebook_rows(step: str, results_dir: str | Path | None = None) -> str:
     ids = tuple(c.id for c in CLAIMS if c.notebook == step)
     folders = None
     if results_dir is not None:
-        from ..paths import resolve_path
+        from ...io import resolve_path
 
         folders = {step: resolve_path(results_dir)}
     data = ledger(None, ids, folders=folders)
@@ -231,8 +231,8 @@ def update_readme(path: str | Path, data: dict) -> bool:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m gan3d.claims", description=__doc__.split(
-        "\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m gan3d.report.claims",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("--root", help="the checkout whose results/ and studies/ are read")
     parser.add_argument("--readme", metavar="README", help="only rewrite this file's claims "
                         "summary from the committed figures/claims.json (decides nothing)")

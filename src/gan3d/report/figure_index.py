@@ -12,10 +12,9 @@ import json
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from . import console
-from .exceptions import CheckpointError
-from .io import atomic_path
-from .paths import repo_root
+from .. import console
+from ..exceptions import CheckpointError
+from ..io import atomic_path, repo_root
 
 __all__ = ["FIGURE_MAP", "paper_figure", "shown", "training_budgets", "write_index"]
 
@@ -89,7 +88,7 @@ def training_budgets(step_name: str, results: Path) -> str:
     """
     if step_name not in ("training", "validation"):
         return ""
-    from .gan import reference  # the shipped generator's provenance (package data)
+    from ..gan import reference  # the shipped generator's provenance (package data)
 
     parts = []
     train_dir = results / "training"

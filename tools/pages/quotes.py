@@ -16,9 +16,9 @@ rewrites the marked texts in place, atomically. :func:`unmarked` finds numbers t
 (a %, a ratio like 1.5x, showers/s, a time) outside the markers, code and :data:`NOT_MEASURED`,
 the short list of the paper's numbers and of settings, each with its reason::
 
-    python -m gan3d.quotes README.md docs/*.md            # check; exit 1 if anything is stale
-    python -m gan3d.quotes --write README.md docs/*.md    # rewrite the marked texts
-    python -m gan3d.quotes --list                         # every quote: value, file, machine
+    python tools/pages quotes README.md docs/*.md            # check; exit 1 if anything is stale
+    python tools/pages quotes --write README.md docs/*.md    # rewrite the marked texts
+    python tools/pages quotes --list                         # every quote: value, file, machine
 
 Medians of three repeats are quoted with two significant digits (a third digit would be noise);
 the spread gives the repeats themselves one digit more.
@@ -35,9 +35,9 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .exceptions import StudyFileError
-from .io import atomic_path, read_json
-from .paths import repo_root
+from gan3d.exceptions import StudyFileError
+from gan3d.io import atomic_path, read_json, repo_root
+
 from .prose import NOT_MEASURED, Suspect, unmarked
 
 __all__ = ["Quote", "QUOTES", "NOT_MEASURED", "Stale", "Suspect", "render_quote", "value_text",
@@ -215,7 +215,7 @@ def _numbers(quote: Quote, root: Path, cache: dict[str, Data]) -> tuple[float, l
     except (KeyError, IndexError, TypeError, StopIteration, ZeroDivisionError) as exc:
         raise StudyFileError(f"quote {quote.id!r}: {quote.source} does not hold what the quote "
                              f"reads ({type(exc).__name__}: {exc}); the file's layout changed, "
-                             f"update the quote in gan3d/quotes.py") from None
+                             f"update the quote in tools/pages/quotes.py") from None
     return value * quote.scale, [s * quote.scale for s in samples]
 
 
@@ -289,7 +289,8 @@ class Stale:
 
     def __str__(self) -> str:
         if self.expected is None:
-            return f"{self.path}:{self.line}: {self.id!r} is no quote of gan3d.quotes ({self.found})"
+            return (f"{self.path}:{self.line}: {self.id!r} is no quote of tools/pages/quotes.py "
+                    f"({self.found})")
         return f"{self.path}:{self.line}: {self.id}: the page says {self.found!r}, the data {self.expected!r}"
 
 
@@ -337,7 +338,8 @@ def render(path: str | Path, root: Path | None = None) -> tuple[int, list[Stale]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m gan3d.quotes", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python tools/pages quotes",
+                                 description=__doc__.split("\n")[0])
     ap.add_argument("pages", nargs="*", help="markdown files (README.md docs/*.md)")
     ap.add_argument("--write", action="store_true", help="rewrite the stale marked texts in place")
     ap.add_argument("--list", action="store_true", help="print every quote, its file and machine")
@@ -358,12 +360,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 bad += check(page)
             bad += unmarked(page)
     except StudyFileError as exc:
-        print(f"gan3d.quotes: {exc}", file=sys.stderr)
+        print(f"quotes: {exc}", file=sys.stderr)
         return 1
     for problem in bad:
         print(problem, file=sys.stderr)
     return 1 if bad else 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -42,12 +42,12 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from . import claims, console, figure_index
-from .config import Config, resolve, to_dict
-from .exceptions import ConfigError, NotebookFailed, PipelineBusy
+from .. import console
+from ..config import Config, resolve, to_dict
+from ..exceptions import ConfigError, NotebookFailed, PipelineBusy
+from ..io import ensure_dir, provenance, read_json, repo_root, write_json
+from . import claims, figure_index
 from .execute import run_notebook
-from .io import ensure_dir, provenance, read_json, write_json
-from .paths import repo_root
 
 log = console.get_logger(__name__)
 
@@ -124,7 +124,7 @@ def _tree_hash(root: Path, keep: Callable[[Path], bool] = lambda p: True) -> str
 
 def _code_hash() -> str:
     """Hash of the package's code and data files: a change of code redoes every step."""
-    return _tree_hash(Path(__file__).resolve().parent, lambda p: p.suffix in {
+    return _tree_hash(Path(__file__).resolve().parents[1], lambda p: p.suffix in {
         ".py", ".yaml", ".mplstyle", ".json"} and "__pycache__" not in p.parts)
 
 

@@ -19,9 +19,10 @@ Every outcome also says what kind of number decided it: **measured** on this mac
 from a committed **study** (with its provenance). Nothing here is typed by hand: a verdict is as
 good as the files it names.
 
-``make figures`` (:func:`gan3d.pipeline.reproduce`) ends with :func:`write`: ``figures/CLAIMS.md``
-and ``results/claims.json``. Each notebook ends with its own claims' rows
-(:func:`notebook_rows`). ``python -m gan3d.claims`` rewrites both from the results present.
+``make figures`` (:func:`gan3d.report.pipeline.reproduce`) ends with :func:`write`:
+``figures/CLAIMS.md`` and ``results/claims.json``. Each notebook ends with its own claims' rows
+(:func:`notebook_rows`). ``python -m gan3d.report.claims`` rewrites both from the results
+present.
 """
 
 from __future__ import annotations

@@ -1,0 +1,124 @@
+"""The long runs' progress in ``studies/README.md``, rendered from their committed checkpoints.
+
+Two marked blocks of the page are not typed but rendered from the checkpoints' histories (every
+epoch's rate, time and physics monitors):
+
+* the sessions table (between :data:`~gan3d.validation.longruns.SESSIONS_BEGIN` and its end
+  marker): one row per run and session, its numbers computed by
+  :func:`gan3d.validation.longruns.sessions_block` (the rows that notebook 04 shows too);
+* the standing table (between :data:`STANDING_BEGIN` and :data:`STANDING_END`): per run its
+  newest epoch and showers, its own hours of training since the fork, the hours to
+  :data:`~gan3d.validation.longruns.BUDGET` at its last session's median epoch time, the targets
+  its monitors met over the last :data:`LAST` epochs and :mod:`gan3d.validation.trend`'s
+  estimates (a planning number, labelled so).
+
+:func:`check` lists what differs between a page and its checkpoints (a number edited by hand, a
+checkpoint that moved on without a row for its session, rows whose epochs do not chain from the
+fork to the newest checkpoint); :func:`render` rewrites the blocks, atomically::
+
+    python tools/pages longruns                   # check studies/README.md; exit 1 if stale
+    python tools/pages longruns --write           # rewrite the numbers
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+from gan3d.exceptions import PageBlockError, StudyFileError
+from gan3d.io import repo_root
+from gan3d.report import blocks
+from gan3d.validation import trend
+from gan3d.validation.longruns import (BUDGET, SESSIONS_BEGIN, SESSIONS_END, Run,
+                                       last_session_epoch_s, runs, sessions_block)
+
+__all__ = ["STANDING_BEGIN", "STANDING_END", "MARKERS", "LAST", "standing_block", "rendered",
+           "check", "render", "main"]
+
+LAST = 5  # epochs over which the monitors' targets met are quoted
+STANDING_BEGIN, STANDING_END = "<!-- long-runs:standing -->", "<!-- /long-runs:standing -->"
+MARKERS = {"sessions": (SESSIONS_BEGIN, SESSIONS_END), "standing": (STANDING_BEGIN, STANDING_END)}
+
+
+def _rounded(text: str) -> str:
+    """Every number of ``text`` with thousands separators to 2 significant digits: an
+    extrapolation's estimate is not known to the shower."""
+    def two(m: re.Match) -> str:
+        x = int(m[0].replace(",", ""))
+        return f"{round(x, 2 - len(str(x))):,}"
+    return re.sub(r"\d{1,3}(?:,\d{3})+", two, text)
+
+
+def standing_block(found: dict[str, Run], sessions: str) -> str:
+    """Where each run stands: epoch, showers, own hours, hours to the budget, the monitors'
+    targets met over the last epochs and the trend's estimates."""
+    lines = ["| run | epoch | showers | own hours since the fork | hours to "
+             f"{BUDGET:,} at the last session's median epoch | targets met by the monitors, "
+             f"last {LAST} epochs | showers to {trend.GOAL_TARGETS} targets, estimated [90 %] | "
+             "showers to the resolution goal, estimated [90 %] |", "|---" * 8 + "|"]
+    for run, (history, fork) in found.items():
+        now = history[-1]
+        own = sum(r["time_epoch_s"] for r in history if r["epoch"] > fork) / 3600
+        per_epoch = now["showers_seen"] - history[-2]["showers_seen"]  # the run's own epochs
+        left = max(BUDGET - now["showers_seen"], 0) / per_epoch
+        hours = left * last_session_epoch_s(sessions, run, history) / 3600
+        met = sorted(int(r["mon_targets_met"]) for r in history[-LAST:])
+        span = f"{met[0]}" if met[0] == met[-1] else f"{met[0]}-{met[-1]}"
+        goal = trend.showers_to_goal(history)
+        lines.append(f"| {run} | {now['epoch']} | {now['showers_seen']:,} | {own:.2f} | "
+                     f"{hours:.1f} | {span} of 20 | "
+                     f"{_rounded(trend.need(goal['targets_met'], 'targets_met'))} | "
+                     f"{_rounded(trend.need(goal['resolution'], 'resolution'))} |")
+    return "\n".join(lines)
+
+
+def rendered(text: str, root: Path, where: str = "the page") -> str:
+    """``text`` with both blocks rendered from the checkpoints under ``root``."""
+    at = blocks.spans(text, MARKERS, where)
+    found = runs(root)
+    sessions = sessions_block(text[slice(*at["sessions"])], found)
+    return blocks.replaced(text, at, {"sessions": sessions,
+                                      "standing": standing_block(found, sessions)})
+
+
+def check(page: str | Path, root: str | Path | None = None) -> list[str]:
+    """The lines of ``page``'s blocks that differ from their rendering (empty: current)."""
+    page = Path(page)
+    text = page.read_text()
+    new = rendered(text, Path(root) if root else repo_root(), str(page))
+    old_lines, new_lines = text.splitlines(), new.splitlines()
+    diff = [f"{page}: '{a}' should read '{b}'" for a, b in zip(old_lines, new_lines) if a != b]
+    if len(old_lines) != len(new_lines):
+        diff.append(f"{page}: the blocks have {len(old_lines) - len(new_lines):+d} lines")
+    return diff
+
+
+def render(page: str | Path, root: str | Path | None = None) -> bool:
+    """Rewrite ``page``'s blocks from the checkpoints, atomically; True if it changed."""
+    page = Path(page)
+    text = page.read_text()
+    return blocks.write_if_changed(page, text, rendered(text, Path(root) if root else repo_root(),
+                                                        str(page)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python tools/pages longruns",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("page", nargs="?", default=None, help="default: studies/README.md")
+    parser.add_argument("--write", action="store_true", help="rewrite the blocks' numbers")
+    parser.add_argument("--root", help="the checkout whose studies/ are read")
+    args = parser.parse_args(argv)
+    root = Path(args.root) if args.root else repo_root()
+    page = Path(args.page) if args.page else root / "studies" / "README.md"
+    try:
+        if args.write:
+            print(f"{page}: {'rewritten' if render(page, root) else 'current'}")
+            return 0
+        stale = check(page, root)
+    except (StudyFileError, PageBlockError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print("\n".join(stale) if stale else f"{page}: current")
+    return 1 if stale else 0
