@@ -115,6 +115,20 @@ def _disk_full(exc: BaseException) -> bool:
                                          or "File too large" in str(exc))
 
 
+@contextlib.contextmanager
+def folder_lock(folder: str | os.PathLike, name: str = ".lock") -> Iterator[None]:
+    """An exclusive lock on ``folder`` while the block runs (``fcntl.flock`` on ``folder/name``):
+    concurrent callers wait their turn; a holder that is killed frees it."""
+    import fcntl
+
+    with open(Path(folder) / name, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def fsync_path(path: str | os.PathLike) -> None:
     """Flush a file's (or a folder's entries') data to the disk."""
     fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if Path(path).is_dir() else 0))

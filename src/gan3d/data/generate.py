@@ -13,21 +13,18 @@ and the checksums and is written last: its presence means every file is complete
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import multiprocessing as mp
 import sys
 import time
 from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 
 from .. import console
 from ..exceptions import DataError, OutputNotWritable
-from ..io import ensure_dir, provenance, read_json, resolve_path, write_json
+from ..io import ensure_dir, folder_lock, provenance, read_json, resolve_path, write_json
 from ..parallel.runtime import cpu_count
 from .files import MANIFEST, sha256, shower_file
 from . import showers
@@ -134,7 +131,7 @@ def generate_dataset(data_cfg, *, progress: bool = True, workers: int | None = N
     params = {"generator": showers.generator_parameters(), "seed": data_cfg.seed,
               "n_showers": data_cfg.n_showers, "n_files": data_cfg.n_files,
               "energy_min": data_cfg.energy_min, "energy_max": data_cfg.energy_max}
-    with _folder_lock(folder):
+    with folder_lock(folder, ".generate.lock"):
         path = folder / MANIFEST
         old = read_json(path) if path.is_file() else None
         names = file_names(data_cfg.n_files)
@@ -173,14 +170,3 @@ def _clear(folder: Path, old: dict | None, manifest: Path) -> None:
         (folder / entry["name"]).unlink(missing_ok=True)
     for part in folder.glob(".EleEscan_1_*"):  # temporary files of workers killed mid-file
         part.unlink(missing_ok=True)
-
-
-@contextlib.contextmanager
-def _folder_lock(folder: Path) -> Iterator[None]:
-    """An exclusive lock on ``folder`` (so that concurrent callers generate only once)."""
-    with open(folder / ".generate.lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)

@@ -151,8 +151,9 @@ def check_compatible(meta: dict, cfg: Config, path: str | Path, workers: int | N
     # Keys added since the checkpoint was written had their default then.
     differ = changes(meta["config"], cfg, TRAJECTORY_KEYS)
     was = int(meta.get("workers", workers or 1))
+    lr_old, lr_new = (cfg.train.learning_rate * lr_factor(cfg.train, n)
+                      for n in (was, workers or was))
     if workers is not None and workers != was:
-        lr_old, lr_new = _lr(cfg, was), _lr(cfg, workers)
         raise CheckpointError(
             f"cannot resume from {path}: it was written by {was} worker(s), this run has "
             f"{workers}. The learning rate would change from {lr_old:g} to {lr_new:g} and each "
@@ -162,10 +163,6 @@ def check_compatible(meta: dict, cfg: Config, path: str | Path, workers: int | N
         detail = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in differ.items())
         raise CheckpointError(f"cannot resume from {path}: settings differ ({detail}); use the "
                               "checkpoint's settings or a new train.output")
-
-
-def _lr(cfg: Config, workers: int) -> float:
-    return cfg.train.learning_rate * lr_factor(cfg.train, workers)
 
 
 def fork_source(path: str | Path) -> Path:
