@@ -187,7 +187,8 @@ def test_the_shipped_pair_is_each_long_runs_newest_committed_checkpoint_as_weigh
         folder = reference.SHIPPED[name]
         assert sum(f.stat().st_size for f in folder.iterdir()) <= 5e6  # weights only, float32
         rec, ck = generator_record(name), checkpoint_record(ckpt)
-        again = f"re-export: gan3d export {ckpt.relative_to(ROOT)} src/gan3d/gan/reference/{name}"
+        again = (f"re-export: gan3d export {ckpt.relative_to(ROOT)} "
+                 f"src/gan3d/gan/reference/{name} --force")
         assert rec["exported_from"] == {
             "checkpoint": str(ckpt.relative_to(ROOT)),
             "sha256": hashlib.sha256(ckpt.read_bytes()).hexdigest()}, again

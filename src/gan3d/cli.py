@@ -139,6 +139,8 @@ def _simulate_parser(sub) -> None:
     sim.add_argument("--seed", type=int, default=0)
     sim.add_argument("--precision", default="auto", choices=("auto", "float32", "bfloat16"),
                      help="auto: bfloat16 where the CPU has bfloat16 arithmetic, else float32")
+    sim.add_argument("--force", action="store_true",
+                     help="replace the file --output names if it exists (else refused)")
     sim.add_argument("--strict", action="store_true",
                      help="refuse energies outside those the generator was trained on "
                           "(default: simulate them with a warning naming its range)")
@@ -153,6 +155,8 @@ def _export_parser(sub) -> None:
                                    "discriminator.weights.h5, reference.json); pass it later "
                                    "where a training folder is expected")
     ex.add_argument("--note", default="", help="a line on what it is, kept in reference.json")
+    ex.add_argument("--force", action="store_true",
+                    help="replace the export the folder holds (else refused)")
     ex.add_argument("--monitor-showers", type=int, default=256,
                     help="showers per monitor energy of its final monitors")
 
@@ -255,14 +259,16 @@ def _cmd_warm(args: argparse.Namespace) -> int:
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
+    _signals_unwind()
     from .gan.simulate import simulate  # imports TensorFlow
 
     simulate(args.generator, args.n, args.output, energies=args.energies, batch=args.batch,
-             seed=args.seed, precision=args.precision, strict=args.strict)
+             seed=args.seed, precision=args.precision, strict=args.strict, force=args.force)
     return 0
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
+    _signals_unwind()
     from .gan import reference  # imports TensorFlow
 
     if not Path(args.source).exists():
@@ -271,7 +277,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
         raise Gan3dError(f"--monitor-showers {args.monitor_showers}: give at least 2 showers "
                          "per energy (a spread needs two)")
     meta = reference.export(args.source, Path(args.folder), note=args.note,
-                            monitor_showers=args.monitor_showers)
+                            monitor_showers=args.monitor_showers, force=args.force)
     final = meta["final_monitors"]
     print(f"{args.folder}: epoch {meta['epoch']} ({meta['showers_seen']:,} showers), "
           f"{final['targets_met']} of {final['targets']} targets at {args.monitor_showers} "
@@ -358,6 +364,28 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
     return 0 if summary.ok else 1
 
 
+class _Signalled(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where the command is: its writers clean up as on Ctrl-C."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _signals_unwind() -> None:
+    """SIGTERM and SIGHUP end this command as Ctrl-C does (exit 128 + the signal's number),
+    so that what it was writing is removed rather than left as a temporary file."""
+    import signal
+    import threading
+
+    def unwind(signum, frame):
+        raise _Signalled(signum)
+
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, unwind)
+
+
 def _bounded_interrupt(command: str, running: dict, grace: float = 30.0) -> None:
     """Ctrl-C ends ``gan3d command`` within ``grace`` seconds. The first SIGINT unwinds as usual
     (KeyboardInterrupt: the notebook's kernel is shut down, nothing is published); should that
@@ -425,6 +453,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Gan3dError as exc:
         print(f"gan3d {args.command}: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"gan3d {args.command}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        signum = getattr(exc, "signum", 2)  # Ctrl-C is SIGINT
+        print(f"gan3d {args.command}: interrupted" + (f" by signal {signum}" if signum != 2
+                                                      else ""), file=sys.stderr)
+        return 128 + signum
