@@ -220,8 +220,7 @@ def algorithm_table(result: dict, sizes: Sequence[int] | None = None) -> str:
     """Markdown: per network, rank layout and algorithm, measured ms (model ms, error) per size;
     the fastest measured algorithm per size in bold."""
     sizes = [int(s) for s in (sizes or result["sizes"])]
-    head = ("| network | ranks | algorithm | " + " | ".join(_size(s) for s in sizes) + " |")
-    lines = [head, "|---" * (len(sizes) + 3) + "|"]
+    lines = []
     groups: dict = {}
     for r in result["rows"]:
         groups.setdefault((r["profile"], r["hosts"], r["per_host"]), []).append(r)
@@ -241,8 +240,8 @@ def algorithm_table(result: dict, sizes: Sequence[int] | None = None) -> str:
                     text += f" ({r['model_s'][str(s)] * 1e3:.3g}, {r['rel_error'][str(s)]:+.0%})"
                 cells.append(f"**{text}**" if best.get(s) == r["algorithm"] else text)
             layout = f"{hosts}" if per_host == 1 else f"{hosts} nodes x {per_host}"
-            lines.append(f"| {prof} | {layout} | {r['algorithm']} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+            lines.append([prof, layout, r["algorithm"], *cells])
+    return console.table(lines, ["network", "ranks", "algorithm", *(_size(s) for s in sizes)])
 
 
 def fastest(result: dict, nbytes: int) -> list[dict]:
@@ -267,13 +266,11 @@ def fastest(result: dict, nbytes: int) -> list[dict]:
 
 def horovod_table(result: dict) -> str:
     """Markdown: Horovod over Gloo against Horovod over MPI, per network and gradient set."""
-    lines = ["| network | gradients | tensors | MB | Gloo ms | MPI ms | MPI / Gloo |",
-             "|---|---|---|---|---|---|---|"]
-    for r in result["rows"]:
-        lines.append(f"| {r['profile']} | {r['net']} | {r['tensors']} | {r['bytes'] / 1e6:.2f} | "
-                     f"{r['gloo_s'] * 1e3:.2f} | {r['mpi_s'] * 1e3:.2f} | "
-                     f"{r['mpi_s'] / r['gloo_s']:.2f} |")
-    return "\n".join(lines)
+    rows = [[r["profile"], r["net"], r["tensors"], f"{r['bytes'] / 1e6:.2f}",
+             f"{r['gloo_s'] * 1e3:.2f}", f"{r['mpi_s'] * 1e3:.2f}", f"{r['mpi_s'] / r['gloo_s']:.2f}"]
+            for r in result["rows"]]
+    return console.table(rows, ["network", "gradients", "tensors", "MB", "Gloo ms", "MPI ms",
+                                "MPI / Gloo"])
 
 
 def _size(n: int) -> str:

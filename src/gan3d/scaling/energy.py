@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import console
 from . import perfmodel as pm
 
 __all__ = ["WATTS", "CPU_TDP", "UNKNOWN_CPU_WATTS_PER_CORE", "Zone", "rapl_zones", "counters",
@@ -404,11 +405,9 @@ def paper_runs() -> dict:
 def energy_table(paper: dict, here: dict | None = None) -> str:
     """Markdown: the paper's runs (estimated) and, if given, a run here (``run`` names it),
     measured or estimated and said which (:func:`describe`)."""
-    lines = ["| run | hours | energy kWh | J per trained shower | kind |", "|---|---|---|---|---|"]
-    for name, r in paper["runs"].items():
-        lines.append(f"| {name} | {r['hours']:.2f} | {r['kwh']:.1f} | {r['joule_per_shower']:.2f} "
-                     f"| estimated from vendor TDPs |")
+    rows = [[name, f"{r['hours']:.2f}", f"{r['kwh']:.1f}", f"{r['joule_per_shower']:.2f}",
+             "estimated from vendor TDPs"] for name, r in paper["runs"].items()]
     if here:
-        lines.append(f"| this machine, {here.get('run', 'largest run')} | - | - | "
-                     f"{here['joule_per_shower']:.2f} | {describe(here)} |")
-    return "\n".join(lines)
+        rows.append([f"this machine, {here.get('run', 'largest run')}", "-", "-",
+                     f"{here['joule_per_shower']:.2f}", describe(here)])
+    return console.table(rows, ["run", "hours", "energy kWh", "J per trained shower", "kind"])

@@ -232,14 +232,13 @@ def calibrated(calibration: dict | None, ranks: int) -> tuple[float, float | Non
 
 def fusion_table(result: dict) -> str:
     """Markdown: per network and gradient set, fusion on against off."""
-    lines = ["| network | gradients | tensors | MB | fused ms (model) | one message per tensor ms "
-             "| each extra message ms | fusion saves |", "|---|---|---|---|---|---|---|---|"]
-    for r in result["rows"]:
-        lines.append(f"| {r['profile']} | {r['net']} | {r['tensors']} | {r['bytes'] / 1e6:.2f} | "
-                     f"{r['fused_s'] * 1e3:.1f} ({r['model_fused_s'] * 1e3:.1f}) | "
-                     f"{r['unfused_s'] * 1e3:.1f} | {r['per_message_s'] * 1e3:.2f} | "
-                     f"{1 - r['fused_s'] / r['unfused_s']:.0%} |")
-    return "\n".join(lines)
+    rows = [[r["profile"], r["net"], r["tensors"], f"{r['bytes'] / 1e6:.2f}",
+             f"{r['fused_s'] * 1e3:.1f} ({r['model_fused_s'] * 1e3:.1f})",
+             f"{r['unfused_s'] * 1e3:.1f}", f"{r['per_message_s'] * 1e3:.2f}",
+             f"{1 - r['fused_s'] / r['unfused_s']:.0%}"] for r in result["rows"]]
+    return console.table(rows, ["network", "gradients", "tensors", "MB", "fused ms (model)",
+                                "one message per tensor ms", "each extra message ms",
+                                "fusion saves"])
 
 
 def allreduce_times(net: "netns.Network", sizes: Sequence[int] = SIZES, repeats: int = 10,
@@ -323,18 +322,17 @@ def _with_model(result: dict) -> dict:
 def model_table(result: dict) -> str:
     """Markdown: per network, the measured link and the model's error per message size."""
     sizes = [s for s in result["sizes"] if s >= 2**16]
-    head = ("| network | ranks | link GB/s | latency us | "
-            + " | ".join(f"{_size(s)} meas. / model (err)" for s in sizes) + " |")
-    lines = [head, "|---" * (len(sizes) + 4) + "|"]
+    rows = []
     for r in result["rows"]:
         link = min(r["links"], key=lambda x: x["bandwidth_Bps"])
         name = r["profile"] + (f" + one {r['slow_link']} link" if r["slow_link"] else "")
         name += " (calibration)" if r.get("calibration_row") else ""
         cells = [f"{r['time_s'][str(s)] * 1e3:.2f} / {r['predicted_s'][str(s)] * 1e3:.2f} ms "
                  f"({r['rel_error'][str(s)]:+.0%})" for s in sizes]
-        lines.append(f"| {name} | {r['ranks']} | {link['bandwidth_Bps'] / 1e9:.3g} | "
-                     f"{link['latency_s'] * 1e6:.0f} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        rows.append([name, r["ranks"], f"{link['bandwidth_Bps'] / 1e9:.3g}",
+                     f"{link['latency_s'] * 1e6:.0f}", *cells])
+    return console.table(rows, ["network", "ranks", "link GB/s", "latency us",
+                                *(f"{_size(s)} meas. / model (err)" for s in sizes)])
 
 
 def _size(n: int) -> str:

@@ -65,15 +65,13 @@ def step_study(cfg, profiles: Sequence[str] = ("native", "10gbe", "1gbe"), worke
 
 def step_table(result: dict) -> str:
     """Markdown: the 3DGAN step per network, measured against the model."""
-    lines = ["| network | link GB/s | step s (measured) | model s | error | all-reduces (model) "
-             "| showers/s |", "|---|---|---|---|---|---|---|"]
-    for r in result["rows"]:
-        lines.append(f"| {r['profile']}{' (base)' if r['profile'] == result['base'] else ''} | "
-                     f"{r['link']['bandwidth_Bps'] / 1e9:.3g} | {r['step_s']:.3f} | "
-                     f"{r['predicted_s']:.3f} | {r['rel_error']:+.1%} | "
-                     f"{r['model_comm_s'] * 1e3:.1f} ms ({r['comm_share_model']:.1%}) | "
-                     f"{r['showers_per_s']:.2f} |")
-    return "\n".join(lines)
+    rows = [[r["profile"] + (" (base)" if r["profile"] == result["base"] else ""),
+             f"{r['link']['bandwidth_Bps'] / 1e9:.3g}", f"{r['step_s']:.3f}",
+             f"{r['predicted_s']:.3f}", f"{r['rel_error']:+.1%}",
+             f"{r['model_comm_s'] * 1e3:.1f} ms ({r['comm_share_model']:.1%})",
+             f"{r['showers_per_s']:.2f}"] for r in result["rows"]]
+    return console.table(rows, ["network", "link GB/s", "step s (measured)", "model s", "error",
+                                "all-reduces (model)", "showers/s"])
 
 
 def projection(batches: Sequence[int] = (8, 64, 512), share: float = 0.1,
@@ -104,10 +102,9 @@ def projection(batches: Sequence[int] = (8, 64, 512), share: float = 0.1,
 
 def projection_table(result: dict) -> str:
     """Markdown: per network and batch, the workers at which the all-reduce reaches the share."""
-    head = "| network between nodes | " + " | ".join(f"batch {b}" for b in result["batches"]) + " |"
-    lines = [head, "|---" * (len(result["batches"]) + 1) + "|"]
-    for r in result["rows"]:
-        cells = [f"{w:,}" if w else "> 10^7" for w in r["workers"].values()]
-        lines.append(f"| {netns.PROFILES[r['profile']].name} ({r['bandwidth_Bps'] / 1e9:.3g} GB/s, "
-                     f"{r['latency_s'] * 1e6:.0f} us) | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    rows = [[f"{netns.PROFILES[r['profile']].name} ({r['bandwidth_Bps'] / 1e9:.3g} GB/s, "
+             f"{r['latency_s'] * 1e6:.0f} us)",
+             *(f"{w:,}" if w else "> 10^7" for w in r["workers"].values())]
+            for r in result["rows"]]
+    return console.table(rows, ["network between nodes",
+                                *(f"batch {b}" for b in result["batches"])])

@@ -38,6 +38,8 @@ from typing import Sequence
 
 import numpy as np
 
+from .. import console
+
 __all__ = ["PASSES", "ceilings", "step_passes", "step_precision", "profile_step", "profile_table"]
 
 # pass name -> (input gradient, weight gradient)
@@ -300,13 +302,13 @@ def profile_table(profile: dict, top: int | None = None) -> str:
     roof, s = profile["ceilings"], profile["step"]
     lines = [f"batch {profile['batch']}, {profile['precision']}, {roof['threads']} thread(s): "
              f"matmul {roof['peak_gflop_s']:.0f} GFLOP/s, memory {roof['bandwidth_gb_s']:.1f} GB/s",
-             "", "| layer | passes | GFLOP | MB | FLOP/B | ms | limit ms | bound | GFLOP/s | "
-             "of limit |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['net']} {r['layer']} | {r['passes']} | {r['flops'] / 1e9:.2f} | "
-                     f"{r['bytes'] / 1e6:.0f} | {r['intensity']:.1f} | {r['time_s'] * 1e3:.0f} | "
-                     f"{r['limit_s'] * 1e3:.0f} | {r['bound']} | {r['gflop_s']:.1f} | "
-                     f"{r['of_limit']:.0%} |")
+             "", console.table(
+                 [[f"{r['net']} {r['layer']}", r["passes"], f"{r['flops'] / 1e9:.2f}",
+                   f"{r['bytes'] / 1e6:.0f}", f"{r['intensity']:.1f}", f"{r['time_s'] * 1e3:.0f}",
+                   f"{r['limit_s'] * 1e3:.0f}", r["bound"], f"{r['gflop_s']:.1f}",
+                   f"{r['of_limit']:.0%}"] for r in rows],
+                 ["layer", "passes", "GFLOP", "MB", "FLOP/B", "ms", "limit ms", "bound",
+                  "GFLOP/s", "of limit"])]
     lines += ["", f"step: measured {s['measured_s']:.3f} s, its layers {s['layers_s']:.3f} s, "
                   f"outside the layers {s['outside_layers_s']:.3f} s; limit {s['limit_s']:.3f} s "
                   f"= {s['of_limit']:.0%} of the measured step"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Sequence
 
+from .. import console
 from . import perfmodel as pm
 
 __all__ = ["analyse_overall", "overall_table", "calibrated_hardware", "model_check", "paper_check",
@@ -57,12 +58,12 @@ def analyse_overall(runs: dict, workers: Sequence[int]) -> dict:
 
 def overall_table(analysis: dict) -> str:
     """The overall-time result as a markdown table (times in seconds per epoch)."""
-    lines = ["| workers | evaluation | s/epoch | train s | eval s | speed-up | efficiency | "
-             "training-only efficiency |", "|---|---|---|---|---|---|---|---|"]
-    for r in analysis["rows"]:
-        lines.append(f"| {r['workers']} | {r['eval_mode']} | {r['epoch_s']:.2f} | {r['train_s']:.2f} "
-                     f"| {r['eval_s']:.2f} | {r['speedup']:.2f}x | {100 * r['efficiency']:.1f} % "
-                     f"| {100 * r['train_efficiency']:.1f} % |")
+    lines = [console.table(
+        [[r["workers"], r["eval_mode"], f"{r['epoch_s']:.2f}", f"{r['train_s']:.2f}",
+          f"{r['eval_s']:.2f}", f"{r['speedup']:.2f}x", f"{100 * r['efficiency']:.1f} %",
+          f"{100 * r['train_efficiency']:.1f} %"] for r in analysis["rows"]],
+        ["workers", "evaluation", "s/epoch", "train s", "eval s", "speed-up", "efficiency",
+         "training-only efficiency"])]
     p = analysis["paper"]
     lines += ["", f"Serial fraction measured here (1 worker): "
               f"{100 * analysis['serial_fraction_measured']:.1f} %."]

@@ -30,7 +30,7 @@ __all__ = [
     "Showers", "Summary", "Validation", "bin_keys", "energy_sets", "reference_pair", "summarise",
     "compare", "load_networks", "newest_checkpoint", "checkpoint_record", "generator_record",
     "validate", "distortion_check", "headline", "metric_value", "metrics_table",
-    "resolution_table",
+    "targets_table", "resolution_table",
 ]
 
 
@@ -339,15 +339,24 @@ def metrics_table(result: dict, names=("auc_high", "fpd", "three_dgan", "sep:sam
     """A Markdown table of ``names`` (see :func:`metric_value`) for every generator and for the
     independent reference sample ("ideal" at this sample size), one column per bin key."""
     keys = result["bins"]
-    lines = ["| source | metric | " + " | ".join(keys) + " |",
-             "|---|---|" + "---|" * len(keys)]
-    rows = [("reference (2nd sample)", result["reference"])]
-    rows += [(lab, g["bins"]) for lab, g in result["generators"].items()]
-    for name in names:
-        for lab, per_bin in rows:
-            cells = [f"{metric_value(per_bin[k], name):.3g}" for k in keys]
-            lines.append(f"| {lab} | {name} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    samples = [("reference (2nd sample)", result["reference"])]
+    samples += [(lab, g["bins"]) for lab, g in result["generators"].items()]
+    rows = [[lab, name, *(f"{metric_value(per_bin[k], name):.3g}" for k in keys)]
+            for name in names for lab, per_bin in samples]
+    return console.table(rows, ["source", "metric", *keys])
+
+
+def targets_table(result: dict) -> str:
+    """Markdown: per energy, each physics monitor's GAN value against the reference's and whether
+    its target is met, then how many (energy, target) pairs are met (``result``: a
+    :func:`gan3d.validation.monitors.compare` result, e.g. a shipped generator's final monitors)."""
+    from .monitors import TARGETS
+
+    rows = [[f"{e} GeV", *(f"{row[n]['value']:.4g} vs {row[n]['reference']:.4g} "
+                           + ("**met**" if row[n]["met"] else "missed") for n in TARGETS),
+             f"{row['profile_distance']:.3f}"] for e, row in result["per_energy"].items()]
+    return (console.table(rows, ["energy", *TARGETS, "longitudinal profile distance"])
+            + f"\n\n{result['targets_met']} of {result['targets']} (energy, target) pairs met.")
 
 
 def resolution_table(per_bin: Mapping[str, Mapping]) -> dict[str, dict]:

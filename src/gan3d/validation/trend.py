@@ -33,6 +33,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .. import console
 from .monitors import MONITOR_ENERGIES, TARGETS
 
 __all__ = ["GOAL_TARGETS", "RESOLUTION_RATIO", "WINDOW", "BLOCK", "HORIZON", "series", "estimate",
@@ -170,10 +171,10 @@ def table(runs: dict[str, dict[str, dict]], budget: int | None = None) -> str:
     what = {"targets_met": f"targets met (goal >= {GOAL_TARGETS} of 20)",
             "resolution": f"resolution: worst energy's spread deviation / {RESOLUTION_RATIO - 1:g}"}
     what |= {n: f"{n}: worst energy's deviation / {tol:g}" for n, (_, tol) in TARGETS.items()}
-    head = ["| run | quantity | now (last 3 epochs) | goal | trend per doubling of showers | "
-            "epochs fitted | showers to goal, estimated [90 % interval] |"
-            + (f" within {budget:,}? |" if budget else ""), "|---" * (7 + bool(budget)) + "|"]
-    lines = head
+    head = ["run", "quantity", "now (last 3 epochs)", "goal", "trend per doubling of showers",
+            "epochs fitted", "showers to goal, estimated [90 % interval]"]
+    head += [f"within {budget:,}?"] if budget else []
+    rows = []
     for run, quantities in runs.items():
         for name, r in quantities.items():
             kind = _kind(r, name)
@@ -183,6 +184,6 @@ def table(runs: dict[str, dict[str, dict]], budget: int | None = None) -> str:
                 f"{r['exponent'] * np.log(2):+.2f}" if name == "targets_met"
                 else f"x {2 ** r['exponent']:.2f}")
             goal = f">= {r['goal']:g}" if name == "targets_met" else f"<= {r['goal']:g}"
-            lines.append(f"| {run} | {what[name]} | {r['now']:.3g} | {goal} | {trend} | "
-                         f"{r['epochs']} | {need(r, name)} |" + (f" {within} |" if budget else ""))
-    return "\n".join(lines)
+            rows.append([run, what[name], f"{r['now']:.3g}", goal, trend, r["epochs"], need(r, name)]
+                        + ([within] if budget else []))
+    return console.table(rows, head)
