@@ -286,3 +286,16 @@ def test_the_paper_runs_add_up_and_serial_evaluation_costs_energy():
     assert dist["hours"] < serial["hours"] and dist["kwh"] < serial["kwh"]
     assert dist["eval_idle_kwh"] == 0
     assert all("vendor" in w["source"] or "assumption" in w["source"] for w in p["watts"].values())
+
+
+def test_the_largest_run_is_named_and_read():
+    point = {"workers": 2, "threads_per_worker": 1, "batch_per_worker": 4, "showers_per_s": 5.0,
+             "energy": {"kind": "measured", "source": "RAPL package-0", "joule_per_shower": 3.0,
+                        "seconds": 12.5}}
+    here = energy.largest_run({"points": [dict(point, workers=1), point]})
+    assert here["run"] == "2 workers, 2 cores, batch 4" and here["kind"] == "measured"
+    text = energy.reading(here, energy.paper_runs())
+    assert text.startswith("This machine's row is measured (RAPL package-0), over 12.5 s of "
+                           "timed steps. The paper's rows are estimates.")
+    idle = energy.paper_runs()["runs"]["12 GPUs, serial evaluation (paper)"]["eval_idle_kwh"]
+    assert f"{idle:.2f} kWh of a run" in text

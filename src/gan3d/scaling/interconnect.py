@@ -37,7 +37,8 @@ from ..parallel import netns
 from . import perfmodel
 
 __all__ = ["SIZES", "link_check", "allreduce_times", "study", "model_table", "gradient_env",
-           "gradient_times", "fusion_study", "fusion_table", "calibrated"]
+           "gradient_times", "fusion_study", "fusion_table", "calibrated", "reading",
+           "fusion_section"]
 
 log = console.get_logger(__name__)
 SIZES = tuple(4 * 4**k for k in range(3, 13))  # 256 B .. 64 MiB
@@ -337,6 +338,30 @@ def model_table(result: dict) -> str:
 
 def _size(n: int) -> str:
     return f"{n // 2**20} MiB" if n >= 2**20 else f"{n // 1024} KiB"
+
+
+def reading(result: dict) -> str:
+    """Markdown: when and where a committed :func:`study` was measured, and how far the model
+    is from the 1 GbE measurements from 4 MiB on."""
+    prov = result["provenance"]
+    shaped = [r for r in result["rows"] if r["shaped_Bps"][-1]]
+    worst = max(abs(e) for r in shaped if r["profile"] == "1gbe"
+                for k, e in r["rel_error"].items() if int(k) >= 4 * 2**20)
+    return (f"Measured on {prov['time_utc'][:10]} (gan3d {prov['gan3d']}, {result['cores']} cores; "
+            "netem for added delay "
+            f"{'available' if result['netem'] else 'not in this kernel: native latency kept'}). "
+            f"Reading: on 1 GbE the link sets the pace and the model is within {100 * worst:.0f} % "
+            "from 4 MiB on (below, Horovod's coordination, which the model adds whole, overlaps "
+            "the transfer); on faster links the ranks' CPUs (Gloo reduces on the host) cap the "
+            "ring, which the endpoint term captures; more ranks than cores (4 on 2) add CPU "
+            "contention.")
+
+
+def fusion_section(result: dict) -> str:
+    """Markdown: the tensor-fusion measurement (:func:`fusion_study`) introduced, then its table."""
+    return ("**Tensor fusion**, one of the all-reduce choices the paper's Sect. 7 asks about: the "
+            "3DGAN's gradients of one update, each tensor its own message against Horovod's "
+            "fusion buffer (measured; model in brackets):\n\n" + fusion_table(result))
 
 
 def main(argv: Sequence[str]) -> int:  # pragma: no cover - run in the namespaces

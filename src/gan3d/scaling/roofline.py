@@ -40,7 +40,8 @@ import numpy as np
 
 from .. import console
 
-__all__ = ["PASSES", "ceilings", "step_passes", "step_precision", "profile_step", "profile_table"]
+__all__ = ["PASSES", "ceilings", "step_passes", "step_precision", "profile_step", "profile_table",
+           "reading"]
 
 # pass name -> (input gradient, weight gradient)
 PASSES = {"fwd": (False, False), "in": (True, False), "w": (False, True), "both": (True, True)}
@@ -313,3 +314,17 @@ def profile_table(profile: dict, top: int | None = None) -> str:
                   f"outside the layers {s['outside_layers_s']:.3f} s; limit {s['limit_s']:.3f} s "
                   f"= {s['of_limit']:.0%} of the measured step"]
     return "\n".join(lines)
+
+
+def reading(profile: dict) -> str:
+    """Markdown: how close the step comes to its limit on this machine, the memory-bound layers
+    and their share of the layers' time, and what lies outside the layers."""
+    s = profile["step"]
+    mem = [r for r in profile["layers"] if r["bound"] == "memory"]
+    mem_share = sum(r["time_s"] for r in mem) / s["layers_s"]
+    return (f"Reading: the step reaches **{100 * s['of_limit']:.0f} %** of its limit on this "
+            f"machine ({s['limit_s']:.2f} s of {s['measured_s']:.2f} s). {len(mem)} of "
+            f"{len(profile['layers'])} layers are memory-bound by their arithmetic intensity and "
+            f"take {100 * mem_share:.0f} % of the layers' time; "
+            f"{max(0.0, s['outside_layers_s']):.2f} s per step lie outside the layers (losses, "
+            "all-reduce calls, optimiser updates, dispatch).")
