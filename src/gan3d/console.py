@@ -96,8 +96,8 @@ def progress(iterable=None, *, total: float | None = None, desc: str | None = No
 
 
 def _cell(value, fmt: str, missing: str) -> str:
-    """One cell's text: a string as it is, a float in ``fmt``, None as ``missing``; a ``|`` that
-    is not escaped yet escaped and line breaks as spaces (a cell of a Markdown table is one line)."""
+    """One cell's text: a string as it is, a float in ``fmt``, None as ``missing``; a ``|`` not
+    escaped yet escaped, line breaks as spaces (a cell of a Markdown table is one line)."""
     if value is None:
         text = missing
     elif isinstance(value, str):
