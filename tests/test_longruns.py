@@ -221,3 +221,16 @@ def test_the_shipped_pair_simulates_the_showers_of_the_committed_checkpoints():
         assert np.array_equal(generate_showers(gen, e, seed=5), generate_showers(ck_gen, e, seed=5))
         for a, b in zip(disc.weights, ck_disc.weights, strict=True):
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_the_shipped_pair_is_read_as_the_committed_long_runs():
+    found = longruns.records(["long-1w", "long-2w", str(ROOT / "no-such-run")])  # the last: out
+    assert len(found) == 2
+    for lab, rec in found.items():
+        w = rec["workers"]
+        assert lab == (f"{w} worker{'s' if w > 1 else ''}, long run "
+                       f"({rec['showers_seen']:,} showers)")
+        assert lab == longruns.label(rec) and rec["source"] in ("long-1w", "long-2w")
+    assert longruns.are_committed(found)
+    assert not longruns.are_committed(dict(list(found.items())[:1]))
+    assert longruns.sessions_section(ROOT).endswith(longruns.sessions_table(ROOT))
