@@ -210,8 +210,11 @@ def test_verify_code_keeps_a_study_current_only_for_code_that_trains_every_kind_
                                             "if done % self.every == 1:")}
     drift = _reference(tmp_path, "drift", late)
     out.write_text(json.dumps(_results(reference_hash(drift), ids=ids)))
-    with pytest.raises(StudyCodeDiffers, match=r"\(this checkout\) against|generator weight"):
+    differs = r"\(this checkout\) against|generator weight"
+    with pytest.raises(StudyCodeDiffers, match=differs) as err:
         study.verify(cfg, drift, showers=32, kinds=["local-sgd"], allow_dirty=True)
+    # this checkout's run was trained twice, alike both times: a change of code, not noise
+    assert "both runs of this checkout alike: its code trains otherwise" in str(err.value)
     assert "checks" not in study.load(out)  # nothing recorded for a check that failed
     out.write_text(json.dumps(_results("0123456789abcdef")))
     with pytest.raises(StudyCodeDiffers, match="the study was made by 0123456789abcdef"):
