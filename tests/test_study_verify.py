@@ -85,6 +85,15 @@ def test_warm_start_runs_are_current_only_where_a_check_covered_their_kind():
     assert verify.stale_runs(results, warmstart.SUBJECT) == ["1w-bf16-s0", "2w-linear-k16-s0"]
     results["checks"] = {old: {"same_as": now, "kinds": dict.fromkeys(warmstart.SUBJECT.kinds)}}
     assert len(verify.stale_runs(results, warmstart.SUBJECT)) == 4  # a check of another version
+    # checks chain: a later version checked against the one before it keeps the oldest runs too,
+    # kind by kind, where every link covers the kind
+    mid = "1111111111111111"
+    results["runs"]["2w-sqrt-s0"]["code_hash"] = mid
+    results["checks"] = {now: {"same_as": mid, "kinds": {"1w": {}, "allreduce": {}}},
+                         mid: {"same_as": old, "kinds": dict.fromkeys(warmstart.SUBJECT.kinds)}}
+    assert verify.stale_runs(results, warmstart.SUBJECT) == ["1w-bf16-s0", "2w-linear-k16-s0"]
+    results["checks"][mid] = {"same_as": now, "kinds": {"1w": {}}}  # a loop ends, stale
+    assert len(verify.stale_runs(results, warmstart.SUBJECT)) == 4
     cfg = config.resolve("quick", {})
     for kind in warmstart.SUBJECT.kinds:  # each check shortens a run of its own kind
         short, run_id = warmstart.SUBJECT.short(cfg, kind, 256)

@@ -292,10 +292,6 @@ def verify_code(cfg: Config, reference: str | Path, results: dict, *, showers: i
     study_hashes = {r.get("code_hash") for r in results.get("runs", {}).values()} - {now}
     if not study_hashes:
         return None
-    if len(study_hashes) != 1:
-        raise StudyCodeDiffers(f"the results hold runs of {len(study_hashes)} other code versions "
-                               f"({sorted(map(str, study_hashes))}); verify needs exactly one")
-    (study_hash,) = study_hashes
     # the check must name code that exists: the same refusal as a write into studies/
     state = require_clean(allow_dirty, what="this checkout (whose code the check would name)",
                           marked="the check")
@@ -303,9 +299,11 @@ def verify_code(cfg: Config, reference: str | Path, results: dict, *, showers: i
     work = ensure_dir(resolve_path(subject.workdir(cfg)) / "verify-code")
     root, ref_commit = reference_package(reference, work)
     ref_hash = reference_hash(root, subject.module)
-    if ref_hash != study_hash:
-        raise StudyCodeDiffers(f"{reference} holds training code {ref_hash}; the study was made "
-                               f"by {study_hash}: give a copy of the package that made it")
+    if ref_hash not in study_hashes:
+        raise StudyCodeDiffers(f"{reference} holds training code {ref_hash}; the study's runs were "
+                               f"made by {', '.join(sorted(map(str, study_hashes)))}: give a copy "
+                               "of the package that made them (the newest, if there are several)")
+    study_hash = ref_hash  # older versions stay covered through the checks that tied them to it
     wanted = list(kinds) if kinds else needed_kinds(results, subject)
     not_checked = {}
     if "bfloat16" in wanted and not runtime.cpu_has_bf16():
@@ -379,11 +377,20 @@ def _cpu_model() -> str:
 
 def stale_runs(results: dict, subject: Subject = CONVERGENCE) -> list[str]:
     """Ids of the runs this checkout's training code is not known to make (empty: all current):
-    runs of another version, unless a behavioural check of this checkout's version showed it
-    to train their version's runs of their kind alike."""
-    now = subject.version()
-    entry = results.get("checks", {}).get(now) or {}
+    runs of another version, unless behavioural checks tie this checkout's version to theirs for
+    their kind - one check of this version against theirs, or a chain of them (this version
+    against v1, v1 against theirs, ...), each covering the kind."""
+    now, checks = subject.version(), results.get("checks", {})
+
+    def tied(version: str, kind: str) -> bool:
+        v, seen = now, set()
+        while v != version:
+            entry = checks.get(v)
+            if v in seen or not entry or kind not in entry.get("kinds", {}):
+                return False
+            seen.add(v)
+            v = entry.get("same_as")
+        return True
+
     return sorted(i for i, r in results.get("runs", {}).items()
-                  if r.get("code_hash") != now and not (
-                      r.get("code_hash") == entry.get("same_as")
-                      and subject.kind_of(r) in entry.get("kinds", {})))
+                  if not tied(r.get("code_hash"), subject.kind_of(r)))
