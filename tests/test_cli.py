@@ -54,3 +54,31 @@ def test_export_names_a_source_that_is_not_there_or_holds_no_generator(tmp_path)
     assert "Traceback" not in res.stderr and not (tmp_path / "out").exists()  # nothing half-written
     res = gan3d("export", str(tmp_path / "empty"), str(tmp_path / "out"), "--monitor-showers", "0")
     assert res.returncode == 2 and "--monitor-showers 0: give at least 2" in res.stderr
+
+
+def test_every_command_says_what_it_does_shows_its_defaults_and_examples():
+    import argparse
+
+    from gan3d import cli
+
+    parser = cli.build_parser()
+    seen = []
+
+    def walk(p, name):
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub_name, sub in action.choices.items():
+                    walk(sub, f"{name} {sub_name}".strip())
+                return
+        seen.append(name)
+        text = p.format_help()
+        assert p.description, name
+        assert "examples:\n  " in text and f"gan3d {name}" in text.split("examples:")[1], name
+
+    walk(parser, "")
+    assert {"train", "simulate", "data generate", "warm-start", "export"} <= set(seen)
+    assert "examples:" in parser.format_help()
+    simulate = parser._subparsers._group_actions[0].choices["simulate"].format_help()
+    assert "(default: 64)" in simulate and "(default: 10:500)" in simulate
+    train = parser._subparsers._group_actions[0].choices["train"].format_help()
+    assert "(default: quick)" in train and "(default: the profile's)" in train

@@ -60,3 +60,30 @@ def test_progress_bars_are_off_on_other_ranks_and_on_request(monkeypatch, capsys
     assert list(console.progress(range(3), desc="bins")) == [0, 1, 2]
     out, err = capsys.readouterr()
     assert out == "" and "bins: 100%" in err and "3/3" in err
+
+
+def _cells(text: str) -> list[list[str]]:
+    """The cells of every line of a Markdown table, its rule included."""
+    from markdown_table import cells
+
+    return [cells(line) for line in text.splitlines()]
+
+
+def test_a_table_reads_back_as_its_headers_and_values():
+    import numpy as np
+
+    rows = [["1 worker", 0.123456, 12, None], ["a | b", np.float32(2.5), 3, "0.10"]]
+    text = console.table(rows, ["run", "loss", "epochs", "note"], floatfmt=".3g", missing="-")
+    head, rule, *body = _cells(text)
+    assert head == ["run", "loss", "epochs", "note"]
+    assert all(set(c) == {"-"} for c in rule)  # GitHub's header rule, one per column
+    assert body == [["1 worker", "0.123", "12", "-"], ["a | b", "2.5", "3", "0.10"]]
+    assert float(body[0][1]) == round(rows[0][1], 3)  # the value, to the format's digits
+    assert len({len(line) for line in text.splitlines()}) == 1  # the columns are aligned
+
+
+def test_a_table_takes_a_format_per_column_and_fills_short_rows():
+    text = console.table([[1.0, 2.0], [3.0]], ["a", "b"], floatfmt=[".1f", ".2e"])
+    assert _cells(text)[2:] == [["1.0", "2.00e+00"], ["3.0", ""]]
+    head, (rule,) = _cells(console.table([], ["only"]))  # no rows: the header and its rule
+    assert head == ["only"] and set(rule) == {"-"}

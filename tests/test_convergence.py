@@ -13,6 +13,7 @@ import pytest
 from gan3d import config
 from gan3d.convergence import analysis, plan, study
 from gan3d.exceptions import ConfigError, Gan3dError
+from markdown_table import rows as markdown_rows
 
 
 def test_the_full_plan_runs_each_configuration_once_per_seed_equivalence_first():
@@ -76,6 +77,45 @@ def test_verdicts_compare_each_candidate_with_its_reference():
     c = analysis.curves({"runs": runs}, "1w", "profile_distance")
     assert c["n"] == 3 and c["showers"] == [256, 512, 768]
     assert c["mean"][0] == pytest.approx(0.5)
+
+
+def test_the_verdict_table_shows_each_comparison_and_a_tally_per_candidate():
+    runs = {}
+    for s in range(3):
+        runs[f"1w-s{s}"] = _run("1w", "eq", s, [0.5, 0.2 + 0.001 * s, 0.2])
+        runs[f"2w-linear-s{s}"] = _run("2w-linear", "eq", s, [0.6, 0.2 - 0.001 * s, 0.2])
+    rows = analysis.verdicts({"runs": runs})
+    head, *body = markdown_rows(analysis.verdict_table(rows, "eq").split("\n\n")[0])
+    assert head[:3] == ["candidate", "reference", "monitor"] and head[-1] == "verdict"
+    assert [(c[0], c[2], c[-1]) for c in body] == [
+        (r["candidate"], r["monitor"], f"**{r['verdict']}**") for r in rows]
+    for cells, r in zip(body, rows):  # the interval's ends, to 3 digits
+        low, high = map(float, cells[6].strip("[]").split(", "))
+        assert (low, high) == pytest.approx((r["low"], r["high"]), rel=5e-3, abs=1e-12)
+    tally = analysis.tally(rows, "eq")
+    assert tally == ("* **2 workers, lr x N** against 1 worker: equivalent 8 ("
+                     + ", ".join(analysis.MARGINS) + ")")  # every monitor, in the margins' order
+    assert analysis.verdict_table(rows, "sync").split("\n\n")[1] == ""  # no such comparisons
+    comm = analysis.communication_table({"runs": {}}, (1, 4))
+    head, *body = markdown_rows(analysis.savings_table(comm))
+    assert head[:2] == ["k", "measured here (ms/step)"] and len(head) == 2 + len(analysis.NETWORKS)
+    assert [c[:2] for c in body] == [["1", "-"], ["4", "-"]]  # nothing measured in these results
+    assert float(body[1][-1].split()[0]) == pytest.approx(1e3 * comm[1]["1 GbE"], rel=1e-2)
+
+
+def test_a_study_is_described_by_its_runs_and_their_freshness():
+    runs = {f"1w-s{s}": dict(_run("1w", "eq", s, [0.5, 0.2]), showers=512) for s in range(2)}
+    cfg = config.resolve("quick")
+    head, *body = markdown_rows(study.runs_table({"runs": runs}, cfg))
+    assert head == ["run", "showers", "final profile distance", "final targets met", "syncs"]
+    assert body == [["1w-s0", "512", "0.350", "0.3", "0"], ["1w-s1", "512", "0.350", "0.3", "0"]]
+    state = {"done": 2, "planned": 4, "missing": ["2w-s0"], "stale": []}
+    text = study.describe({"runs": runs}, state, "c.json")
+    assert text == ("`c.json`: **2 of 4 runs**, made by this checkout's training code; each run "
+                    "saw 512 training showers (all workers together); not run yet: 2w-s0 (`gan3d "
+                    "study --profile study` continues).")
+    stale = study.describe({"runs": runs}, {**state, "stale": ["1w-s0"]}, "c")
+    assert "**stale**: 1 run(s)" in stale
 
 
 def test_results_of_other_code_are_stale_and_not_mixed(tmp_path):

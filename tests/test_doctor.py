@@ -105,3 +105,15 @@ def test_the_report_lists_each_problem_with_its_fix(monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "papermill  MISSING (needs >= 2.5)" in out
     assert "1 problem(s):\n  - papermill: missing (needs >= 2.5); pip install 'papermill>=2.5'" in out
+
+
+def test_the_doctor_names_what_auto_precision_trains_in_here_and_why(monkeypatch):
+    from gan3d import config, doctor
+    from gan3d.parallel import runtime
+
+    for has_bf16, want in ((True, "bfloat16"), (False, "float32")):
+        monkeypatch.setattr(runtime, "cpu_has_bf16", lambda *a, has=has_bf16: has)
+        line = doctor.auto_precision(0)
+        assert line.split()[0] == want == config.resolved_precision(config.resolve("quick")).train.precision
+        assert ("has bfloat16 arithmetic" if has_bf16 else "no bfloat16 arithmetic") in line
+    assert doctor.auto_precision(1).startswith("float32 (a GPU")

@@ -13,6 +13,7 @@ import pytest
 
 from gan3d.scaling import energy
 from gan3d.scaling import perfmodel as pm
+from markdown_table import rows
 
 MAX_UJ = 262_143_328_850  # an Intel package counter's range: wraps after ~262 kJ
 
@@ -222,8 +223,10 @@ def test_a_cpu_run_is_estimated_per_busy_core():
     assert est["watts"] == pytest.approx(8.75)
     assert est["joule_per_shower"] == pytest.approx(87.5 / 50)
     table = energy.energy_table(energy.paper_runs(), {"run": "2 cores", **est})
-    assert table.count("\n| ") == 4 and "| this machine, 2 cores | - | - | 1.75 |" in table
-    assert table.endswith("| estimated from TDP (AMD EPYC 7763 64-Core Processor, 4.38 W/core) |")
+    head, *body = rows(table)
+    assert head == ["run", "hours", "energy kWh", "J per trained shower", "kind"] and len(body) == 4
+    assert body[-1] == ["this machine, 2 cores", "-", "-", "1.75",
+                        "estimated from TDP (AMD EPYC 7763 64-Core Processor, 4.38 W/core)"]
     unknown = energy.cpu_estimate(5.0, 2, cpu="AMD EPYC")  # 2 cores at the assumed 5 W
     assert unknown["watts"] == 10 and unknown["cpu"] == "AMD EPYC"
     assert energy.describe(unknown) == ("estimated from TDP (AMD EPYC, 5.00 W/core, assumed: "
@@ -283,3 +286,16 @@ def test_the_paper_runs_add_up_and_serial_evaluation_costs_energy():
     assert dist["hours"] < serial["hours"] and dist["kwh"] < serial["kwh"]
     assert dist["eval_idle_kwh"] == 0
     assert all("vendor" in w["source"] or "assumption" in w["source"] for w in p["watts"].values())
+
+
+def test_the_largest_run_is_named_and_read():
+    point = {"workers": 2, "threads_per_worker": 1, "batch_per_worker": 4, "showers_per_s": 5.0,
+             "energy": {"kind": "measured", "source": "RAPL package-0", "joule_per_shower": 3.0,
+                        "seconds": 12.5}}
+    here = energy.largest_run({"points": [dict(point, workers=1), point]})
+    assert here["run"] == "2 workers, 2 cores, batch 4" and here["kind"] == "measured"
+    text = energy.reading(here, energy.paper_runs())
+    assert text.startswith("This machine's row is measured (RAPL package-0), over 12.5 s of "
+                           "timed steps. The paper's rows are estimates.")
+    idle = energy.paper_runs()["runs"]["12 GPUs, serial evaluation (paper)"]["eval_idle_kwh"]
+    assert f"{idle:.2f} kWh of a run" in text

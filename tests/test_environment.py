@@ -109,3 +109,25 @@ def test_the_gpu_environment_names_the_toolkit_it_needs(tmp_path, nvcc_release, 
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 1 and expected in out.stderr
     assert not (tmp_path / "venv").exists()  # nothing half-built
+
+
+def test_the_licence_and_the_citation_agree_with_the_package():
+    """LICENSE is the Apache-2.0 text pyproject declares; CITATION.cff (Citation File Format
+    1.2.0) cites this version and names the paper the package reproduces by its DOI."""
+    import tomllib
+
+    root = Path(__file__).resolve().parents[1]
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    assert project["license"]["text"] == "Apache-2.0"
+    text = (root / "LICENSE").read_text()
+    assert "Apache License" in text and "Version 2.0, January 2004" in text
+    assert "END OF TERMS AND CONDITIONS" in text
+    cff = yaml.safe_load((root / "CITATION.cff").read_text())
+    assert cff["cff-version"] == "1.2.0" and cff["license"] == "Apache-2.0"
+    assert str(cff["version"]) == project["version"]
+    assert cff["title"] and cff["authors"] and cff["message"]
+    (paper,) = cff["references"]
+    assert paper["doi"] == "10.1007/978-3-030-34356-9_32" and paper["year"] == 2019
+    assert paper["doi"] in (root / "README.md").read_text()
+    shipped = root / "src" / "gan3d" / "gan" / "reference" / "README.md"
+    assert "Apache-2.0" in shipped.read_text()

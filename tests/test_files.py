@@ -175,3 +175,35 @@ def test_reference_showers_come_from_the_held_out_files(tmp_path):
     np.testing.assert_array_equal(ecal, expect[[0, 5, 19]])
     synth, e = sample.reference_showers(config.resolve("quick").data, [50.0, 100.0], seed=1)
     assert synth.shape == (2, 25, 25, 25) and list(e) == [50.0, 100.0]
+
+
+def test_a_samples_readings_and_headline_table_are_its_summarys_numbers():
+    from gan3d.data import sample
+    from markdown_table import rows
+
+    bins = [{"energy": e, "n": 50, "sampling_fraction": 0.02, "ratio_to_fit": 1.0 + d,
+             "max_layer": layer, "hits": hits, "mean_depth_layers": depth,
+             "x_second_moment_cells2": 0.9, "resolution_reconstructed": 0.03}
+            for e, d, layer, hits, depth in ((20.0, -0.02, 8, 100.0, 9.0),
+                                             (400.0, 0.01, 13, 800.0, 12.0))]
+    fit = {"a": 0.157, "b": 0.013}
+    summary = {"bins": bins, "max_abs_deviation_from_fit": 0.02,
+               "resolution_fit_reconstructed": fit, "resolution_fit_visible": {"a": 0.2, "b": 0.02}}
+    slope = 3.0 / np.log(20.0)  # 9 -> 12 layers over a factor 20 in energy
+    assert f"**{slope:.2f} layers per factor e**" in sample.depth_reading(summary)
+    assert "at most **2.0 %** (inside the grey" in sample.sampling_reading(summary)
+    power = np.log(8.0) / np.log(20.0)
+    hits = sample.hits_reading(summary)
+    assert f"100 at 20 GeV, 800 at 400 GeV, roughly like **E^{power:.2f}**" in hits
+    assert "**15.7 %/√E ⊕ 1.3 %**" in sample.resolution_reading(summary)
+    assert sample.resolution_reading({"bins": bins}) is None
+    text = sample.headline_table(summary)
+    assert rows(text)[1:] == [["20", "50", "0.0200", "0.980", "8", "100", "0.90", "0.0300"],
+                              ["400", "50", "0.0200", "1.010", "13", "800", "0.90", "0.0300"]]
+    assert text.endswith("max deviation from the published fit: 2.0 %; resolution "
+                         "(reconstructed): 15.7 %/sqrt(E) + 1.3 %")
+    energy = np.array([12.0, 480.0], np.float32)
+    described = sample.describe({"energy": energy, "source": "synthetic",
+                                 "by_energy": {20.0: np.zeros((3, 1)), 400.0: np.zeros((2, 1))}})
+    assert described == ("2 showers from synthetic, 12-480 GeV; at fixed energies: 20 GeV x 3, "
+                         "400 GeV x 2")

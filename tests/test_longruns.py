@@ -187,7 +187,8 @@ def test_the_shipped_pair_is_each_long_runs_newest_committed_checkpoint_as_weigh
         folder = reference.SHIPPED[name]
         assert sum(f.stat().st_size for f in folder.iterdir()) <= 5e6  # weights only, float32
         rec, ck = generator_record(name), checkpoint_record(ckpt)
-        again = f"re-export: gan3d export {ckpt.relative_to(ROOT)} src/gan3d/gan/reference/{name}"
+        again = (f"re-export: gan3d export {ckpt.relative_to(ROOT)} "
+                 f"src/gan3d/gan/reference/{name} --force")
         assert rec["exported_from"] == {
             "checkpoint": str(ckpt.relative_to(ROOT)),
             "sha256": hashlib.sha256(ckpt.read_bytes()).hexdigest()}, again
@@ -220,3 +221,16 @@ def test_the_shipped_pair_simulates_the_showers_of_the_committed_checkpoints():
         assert np.array_equal(generate_showers(gen, e, seed=5), generate_showers(ck_gen, e, seed=5))
         for a, b in zip(disc.weights, ck_disc.weights, strict=True):
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_the_shipped_pair_is_read_as_the_committed_long_runs():
+    found = longruns.records(["long-1w", "long-2w", str(ROOT / "no-such-run")])  # the last: out
+    assert len(found) == 2
+    for lab, rec in found.items():
+        w = rec["workers"]
+        assert lab == (f"{w} worker{'s' if w > 1 else ''}, long run "
+                       f"({rec['showers_seen']:,} showers)")
+        assert lab == longruns.label(rec) and rec["source"] in ("long-1w", "long-2w")
+    assert longruns.are_committed(found)
+    assert not longruns.are_committed(dict(list(found.items())[:1]))
+    assert longruns.sessions_section(ROOT).endswith(longruns.sessions_table(ROOT))

@@ -13,6 +13,7 @@ import pytest
 from gan3d.exceptions import RankFailed
 from gan3d.parallel import netns
 from gan3d.scaling import interconnect
+from markdown_table import rows
 
 needs_root = pytest.mark.skipif(netns.unavailable() is not None,
                                 reason=f"cannot emulate a network here: {netns.unavailable()}")
@@ -106,7 +107,7 @@ def test_the_fusion_table_reads_measured_against_modelled():
            "link": {"bandwidth_Bps": 1.2e8, "latency_s": 1.5e-5}, "fused_s": 0.0335,
            "unfused_s": 0.0575, "model_fused_s": 0.0315, "per_message_s": (0.0575 - 0.0335) / 12}
     table = interconnect.fusion_table({"rows": [row]})
-    assert "| 1gbe | G | 13 | 3.49 | 33.5 (31.5) | 57.5 | 2.00 | 42% |" in table
+    assert ["1gbe", "G", "13", "3.49", "33.5 (31.5)", "57.5", "2.00", "42%"] in rows(table)
 
 
 @needs_root
@@ -192,4 +193,27 @@ def test_slower_networks_stop_scaling_at_fewer_workers_and_bigger_batches_scale_
     assert w["edr"]["512"] > w["10gbe"]["512"] > w["1gbe"]["512"] > 4  # past one node of 4 GPUs
     for prof in w:
         assert w[prof]["8"] <= w[prof]["512"]
-    assert "| 1 GbE (0.125 GB/s, 50 us) |" in multinode.projection_table(proj)
+    assert "1 GbE (0.125 GB/s, 50 us)" in [r[0] for r in rows(multinode.projection_table(proj))]
+
+
+def test_the_committed_network_studies_are_shown_section_by_section():
+    """What notebook 03 shows of studies/network.json and studies/algorithms.json (no root)."""
+    from pathlib import Path
+
+    from gan3d import records
+    from gan3d.scaling import algorithms, multinode
+
+    studies = Path(__file__).resolve().parents[1] / "studies"
+    net = records.read(studies / "network.json", "interconnect")
+    parts = multinode.network_sections(net)
+    assert parts[0] == interconnect.model_table(net) and parts[1].startswith("Measured on ")
+    assert len(parts) == 2 + ("fusion" in net) + ("steps" in net)
+    proj = multinode.projection_section(multinode.projection(batches=(8,), share=0.1))
+    assert "reaches 10 % of a step" in proj
+    assert rows(proj)[0] == ["network between nodes", "batch 8"]
+    algs = records.read(studies / "algorithms.json", "algorithms")
+    table, fastest, *rest = algorithms.sections(algs)
+    assert rows(table)[0][:3] == ["network", "ranks", "algorithm"]
+    assert fastest.count("\n- ") == 2 * len(algorithms.fastest(algs, 2**20))  # D and G each
+    assert fastest.count("EDR (paper), ") == 2 and fastest.endswith(").")
+    assert rest[-1].startswith("Measured on ") and len(rest) == 1 + ("horovod" in algs)

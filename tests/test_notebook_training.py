@@ -111,7 +111,7 @@ def test_notebook_02_trains_one_and_two_workers(run_notebook, tmp_path):
 
     for cid in ("n-workers-like-one", "bfloat16-like-float32", "local-sgd"):
         verdict = claims.ledger(ids=(cid,))["claims"][0]["verdict"]
-        assert f"**{cid}**" in shown and f"**{verdict}** |" in shown
+        assert f"**{cid}**" in shown and re.search(rf"\*\*{re.escape(verdict)}\*\* *\|", shown)
     verdicts = {(v["candidate"], v["monitor"]): v for v in study["verdicts"]}
     eq = verdicts[("2w-linear", "profile_distance")]
     assert eq["n"] == [3, 3] and eq["verdict"] == _tost(eq)

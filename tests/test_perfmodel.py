@@ -173,3 +173,12 @@ def test_crossover_moves_with_batch():
         at, before = pm.step_time(p, b, WL, hw), pm.step_time(p - 1, b, WL, hw)
         assert at.comm >= at.compute and before.comm < before.compute
     assert pm.crossover_workers(512, WL, hw, pmax=10_000) is None
+
+
+@pytest.mark.parametrize("serial", [0.0, 0.029, 0.25])
+def test_the_serial_fraction_of_exact_amdahl_speedups_is_recovered(serial):
+    workers = [1, 2, 4, 12]
+    speedups = pm.amdahl_speedup(workers, serial)
+    assert pm.fit_serial_fraction(workers, speedups) == pytest.approx(serial, abs=1e-12)
+    # one point: the fit is the inversion of Amdahl's law at that point
+    assert pm.fit_serial_fraction([1, 3], [1.0, 2.0]) == pytest.approx(pm.serial_fraction(2.0, 3))

@@ -212,3 +212,33 @@ def test_the_long_runs_curves_mark_each_change_of_learning_rate():
     texts = sorted(t.get_text() for t in pair.axes[0].texts)
     assert texts == ["lr 0.001 -> 0.0001", "lr 0.001 -> 0.002", "lr 0.002 -> 0.0002"]
     matplotlib.pyplot.close("all")
+
+
+def test_the_lessons_readings_are_its_numbers():
+    from gan3d.plots import concepts
+
+    assert concepts.broadcast_reading([1.5, 2.5], [1.5, 1.5]) == (
+        "Before: 2 different checksums; after the broadcast: all equal to rank 0's (1.5000).")
+    sizes = [4096, 262144, 2097152]
+    ring, mpi, predicted = [1e-4, 1e-3, 4e-3], [2e-4, 1e-3, 2e-3], [1.5e-4, 1e-3, 4e-3]
+    text = concepts.ring_reading(sizes, ring, mpi, {"latency_s": 2e-5, "bandwidth_Bps": 1.5e9},
+                                 predicted)
+    assert text.startswith("Fitted to the hand-written ring: α = 20 µs per step and BW = 1.50 "
+                           "GB/s; the model is at most 50 % off a measurement (at 4 KiB")
+    assert "At 2048 KiB MPI's own all-reduce takes 0.50× the ring's time" in text
+    assert "(relative difference 3e-07); with each rank's own batch statistics it moves by " \
+           "**4.2 %**" in concepts.data_parallel_reading(3e-7, 0.042)
+    assert concepts.lr_reading(1.8, 1.1, 2).startswith(
+        "After one epoch, 2 workers with the plain rate are at 1.80× the one-worker loss, with "
+        "lr × 2 at 1.10×")
+    speedups = {"serial evaluation (waits injected)": [1.0, 1.5],
+                "distributed evaluation (waits injected)": [1.0, 1.9]}
+    assert concepts.amdahl_reading(0.26, 0.25, speedups, 2).startswith(
+        "Fitted serial share **26.0 %** against the 25 % injected. With serial evaluation 2 "
+        "workers reach 1.50×; evaluating on every worker, 1.90×")
+    checks = {"ring_equals_library": {"max_abs_difference": 2e-7},
+              "data_parallel": {"rel_inference": 3e-8, "rel_batchnorm": 0.042},
+              "amdahl": {"serial_fitted": 0.26}}
+    assert concepts.summary_line(checks, 0.25) == (
+        "broadcast: all ranks equal after, differ before; ring = library to 2e-07; data parallel "
+        "3e-08 (BN fixed) vs 0.042 (per-rank BN); Amdahl fit 26.0 % of 25 %")

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from gan3d import config
-from gan3d.exceptions import CheckpointError
+from gan3d.exceptions import CheckpointError, OutputExists, OutputNotWritable
 from gan3d.gan import reference
 from gan3d.validation import monitors
 
@@ -58,7 +58,16 @@ def test_export_then_load_gives_the_same_networks(tmp_path):
     assert first["showers_seen"] == 4 and first["epoch"] == 1 and first["epochs"] == 2
     assert len(first["learning_curve"]) == 2
     with pytest.raises(CheckpointError, match="no generator.keras and no checkpoint"):
-        reference.export(tmp_path / "data", folder)
+        reference.export(tmp_path / "data", tmp_path / "none")
+    assert not (tmp_path / "none").exists()  # nothing half-written
+    # a folder that holds another export is refused before any work, unless forced
+    shipped = (folder / "reference.json").read_bytes()
+    with pytest.raises(OutputExists, match="another result.*--force"):
+        reference.export(tmp_path / "run", folder, monitor_showers=16)
+    assert (folder / "reference.json").read_bytes() == shipped
+    assert reference.export(tmp_path / "run", folder, monitor_showers=16, force=True)["epoch"] == 2
+    with pytest.raises(OutputNotWritable, match="is a file"):
+        reference.export(tmp_path / "run", folder / "reference.json", monitor_showers=16)
     # a checkpoint file itself: its run is its folder's; the checkpoint is named (with its sha256)
     # without the folders of this machine, and the folder it wrote serves by path wherever a
     # training folder is taken: the same networks as the checkpoint's

@@ -111,3 +111,14 @@ def test_a_bfloat16_step_is_profiled_against_the_bfloat16_ceiling(gan_step):
                     build_discriminator(dtype="mixed_bfloat16"))
     assert mixed.d.compute_dtype == "float32"  # what the profile used to read
     assert roofline.step_precision(mixed) == "bfloat16"
+
+
+def test_the_reading_counts_the_memory_bound_layers_and_their_time():
+    layers = [{"bound": "memory", "time_s": 0.2}, {"bound": "compute", "time_s": 0.6},
+              {"bound": "memory", "time_s": 0.2}]
+    step = {"of_limit": 0.25, "limit_s": 0.5, "measured_s": 2.0, "layers_s": 1.0,
+            "outside_layers_s": 1.0}
+    text = roofline.reading({"layers": layers, "step": step})
+    assert text.startswith("Reading: the step reaches **25 %** of its limit on this machine "
+                           "(0.50 s of 2.00 s). 2 of 3 layers are memory-bound")
+    assert "take 40 % of the layers' time; 1.00 s per step lie outside" in text

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -11,7 +13,8 @@ import numpy as np
 import pytest
 
 from gan3d.data import files
-from gan3d.exceptions import CheckpointError, ConfigError
+from gan3d.exceptions import CheckpointError, ConfigError, OutputExists, OutputNotWritable
+from gan3d.io import TMP_MARK
 from gan3d.gan import model, simulate
 
 
@@ -108,3 +111,46 @@ def test_the_shipped_pair_simulates_by_name_and_says_what_it_was_trained_on(tmp_
         assert '"forks"' in f.attrs["generator_config"]
         ecal = f["ECAL"][:]
     assert ecal.shape == (4, 25, 25, 25) and 0.01 < ecal.sum(axis=(1, 2, 3)).mean() / 100 < 0.2
+
+
+def test_an_output_that_is_a_folder_another_result_or_too_large_is_refused_first(tmp_path,
+                                                                                 generator):
+    with pytest.raises(OutputNotWritable, match="is a folder; name the file"):
+        simulate.simulate(generator, 4, tmp_path, progress=False)
+    done = tmp_path / "done.h5"
+    done.write_bytes(b"another run's showers")
+    with pytest.raises(OutputExists, match="another result.*--force"):
+        simulate.simulate(generator, 4, done, progress=False)
+    assert done.read_bytes() == b"another run's showers"
+    simulate.simulate(generator, 4, done, progress=False, precision="float32", force=True)
+    assert files.read_showers(done)[0].shape == (4, 25, 25, 25)
+    n = shutil.disk_usage(tmp_path).free // simulate.MIN_BYTES_PER_SHOWER + 1
+    with pytest.raises(OutputNotWritable, match="GB free; write less"):
+        simulate.simulate(generator, n, tmp_path / "huge.h5", progress=False)
+    # what a writer killed with SIGKILL left of this output is removed by the next run
+    stale = tmp_path / f".x{TMP_MARK}abc123.h5"
+    stale.write_bytes(b"half a file")
+    simulate.simulate(generator, 2, tmp_path / "x.h5", progress=False, precision="float32")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["done.h5", "x.h5"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT],
+                         ids=["SIGTERM", "SIGHUP", "SIGINT"])
+def test_a_signal_during_a_large_simulate_leaves_nothing_behind(tmp_path, sig):
+    """The writer's temporary file is there when the signal comes (the run would take minutes);
+    afterwards the folder is empty, the exit code says which signal, and no traceback shows."""
+    out = tmp_path / "big.h5"
+    proc = subprocess.Popen([sys.executable, "-m", "gan3d", "simulate", "--generator",
+                             "reference", "--n", "200000", "--output", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not list(tmp_path.glob(".big*")) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert list(tmp_path.glob(".big*")), "the simulation never started writing"
+    proc.send_signal(sig)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + sig, stderr
+    assert list(tmp_path.iterdir()) == []
+    assert "Traceback" not in stdout + stderr
+    assert stderr.strip().splitlines()[-1].startswith("gan3d simulate: interrupted")

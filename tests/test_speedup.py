@@ -74,3 +74,45 @@ def test_model_check_against_a_synthetic_measurement():
     rows = speedup.model_check(scale, bench, wl)
     assert rows[0]["rel_error"] == pytest.approx(0.0)
     assert rows[1]["compute_s"] == pytest.approx(2 * 3.0)
+
+
+def test_what_notebook_03_says_is_computed_from_the_results():
+    wl = pm.threedgan_workload()
+    bench = {"fit": {"mpi": {"bandwidth_Bps": 2e9, "latency_s": 2e-5}}, "horovod_overhead_s": 1e-3}
+    link = pm.Link(2e9, 2e-5)  # the ring on 2 workers: 2 hops and the message over the link
+    per_step = sum(2 * 2e-5 + n / 2e9 + 1e-3 for n in wl.allreduce_bytes)
+    assert speedup.step_allreduce(bench, wl) == pytest.approx(per_step)
+    assert speedup.step_allreduce(bench, wl, overhead=False) == pytest.approx(
+        sum(pm.allreduce_time(n, 2, link) for n in wl.allreduce_bytes))
+    assert speedup.bench_lines(bench, wl) == (  # no compute probe in this benchmark: one line
+        f"MPI: 2.00 GB/s, 20 us per hop; Horovod adds 1.0 ms per call. One step's gradients "
+        f"(2 x D + 2 x G): {1e3 * per_step:.1f} ms on 2 workers.")
+    share = 4 * 1e-3 / per_step
+    assert f"{100 * share:.0f} % of it Horovod's coordination" in speedup.bench_reading(bench, wl)
+    check = [{"workers": 1, "measured_s": 1.0, "predicted_s": 1.0, "rel_error": 0.0,
+              "oversubscribed": False},
+             {"workers": 2, "measured_s": 0.5, "predicted_s": 0.56, "rel_error": 0.12,
+              "oversubscribed": True}]
+    assert speedup.check_lines(check).splitlines()[1] == (
+        "2 worker(s): measured 0.500 s/step, model 0.560 s/step (+12.0 %) [oversubscribed]")
+    assert "+12.0 % off the measurement (OUTSIDE the 10 %" in speedup.model_reading(
+        check, speedup.paper_check())
+    assert "no 2-worker measurement" in speedup.model_reading(check[:1], speedup.paper_check())
+    cross = {8: 40, 512: None}
+    assert speedup.crossover_lines(cross).splitlines() == [
+        "batch    8 per worker: all-reduce as long as computation from 40 workers (paper "
+        "hardware, ring)",
+        "batch  512 per worker: all-reduce as long as computation from beyond 10 million workers "
+        "(paper hardware, ring)"]
+    assert "batch 8 from 40 workers, batch 512 from > 10^7 workers (model)." in \
+        speedup.crossover_reading(cross)
+    a = speedup.analyse_overall(_amdahl_runs(0.03, 0.98, 2), (1, 2))
+    assert "fraction measured here, 3.0 % of the 1-worker epoch" in speedup.overall_reading(a)
+    wl_p, hw_p = speedup.paper_model()
+    assert hw_p.jitter == speedup.paper_check()["jitter_cv_inferred"] and wl_p == wl
+    model = speedup.step_model(4, wl, hw_p)
+    st = pm.step_time(2, 4, wl, hw_p)
+    assert model == {"compute_s": st.compute, "wait_s": st.wait, "comm_s": st.comm}
+    here = {"predicted_step_2_s": 0.5, "measured_step_2_s": 0.52, "within_10_percent": True}
+    lines = speedup.headline_lines({"model_here": here, "overall_measured": None})
+    assert lines == "model vs measured, 2 workers: 0.5 s vs 0.52 s (within 10 %: True)"

@@ -85,6 +85,15 @@ def test_warm_start_runs_are_current_only_where_a_check_covered_their_kind():
     assert verify.stale_runs(results, warmstart.SUBJECT) == ["1w-bf16-s0", "2w-linear-k16-s0"]
     results["checks"] = {old: {"same_as": now, "kinds": dict.fromkeys(warmstart.SUBJECT.kinds)}}
     assert len(verify.stale_runs(results, warmstart.SUBJECT)) == 4  # a check of another version
+    # checks chain: a later version checked against the one before it keeps the oldest runs too,
+    # kind by kind, where every link covers the kind
+    mid = "1111111111111111"
+    results["runs"]["2w-sqrt-s0"]["code_hash"] = mid
+    results["checks"] = {now: {"same_as": mid, "kinds": {"1w": {}, "allreduce": {}}},
+                         mid: {"same_as": old, "kinds": dict.fromkeys(warmstart.SUBJECT.kinds)}}
+    assert verify.stale_runs(results, warmstart.SUBJECT) == ["1w-bf16-s0", "2w-linear-k16-s0"]
+    results["checks"][mid] = {"same_as": now, "kinds": {"1w": {}}}  # a loop ends, stale
+    assert len(verify.stale_runs(results, warmstart.SUBJECT)) == 4
     cfg = config.resolve("quick", {})
     for kind in warmstart.SUBJECT.kinds:  # each check shortens a run of its own kind
         short, run_id = warmstart.SUBJECT.short(cfg, kind, 256)
@@ -210,8 +219,11 @@ def test_verify_code_keeps_a_study_current_only_for_code_that_trains_every_kind_
                                             "if done % self.every == 1:")}
     drift = _reference(tmp_path, "drift", late)
     out.write_text(json.dumps(_results(reference_hash(drift), ids=ids)))
-    with pytest.raises(StudyCodeDiffers, match=r"\(this checkout\) against|generator weight"):
+    differs = r"\(this checkout\) against|generator weight"
+    with pytest.raises(StudyCodeDiffers, match=differs) as err:
         study.verify(cfg, drift, showers=32, kinds=["local-sgd"], allow_dirty=True)
+    # this checkout's run was trained twice, alike both times: a change of code, not noise
+    assert "both runs of this checkout alike: its code trains otherwise" in str(err.value)
     assert "checks" not in study.load(out)  # nothing recorded for a check that failed
     out.write_text(json.dumps(_results("0123456789abcdef")))
     with pytest.raises(StudyCodeDiffers, match="the study was made by 0123456789abcdef"):

@@ -149,3 +149,13 @@ def test_timeline_errors(tmp_path):
         timeline.load(tmp_path / "bad.json")
     with pytest.raises(timeline.TimelineError, match="no repeating step"):
         timeline.period(["a", "b", "c", "d", "e", "f"])
+
+
+def test_a_breakdown_is_read_in_words():
+    mean = {"compute_fraction": 0.9, "wait_fraction": 0.08, "comm_fraction": 0.02, "step_s": 1.5}
+    result = {"collectives_per_step": 5, "mean": mean}
+    assert timeline.breakdown_line(result) == ("5 all-reduces per step; computation 90.0 %, "
+                                               "waiting 8.0 %, all-reduce 2.00 % of 1.50 s")
+    assert "**compute-bound** here" in timeline.breakdown_reading(result)
+    busy = {**result, "mean": {**mean, "compute_fraction": 0.7, "comm_fraction": 0.22}}
+    assert "**not** compute-bound here" in timeline.breakdown_reading(busy)

@@ -124,3 +124,13 @@ def test_node_fabric_draws_every_component_and_link(which, tmp_path):
     for link in fabric["links"]:
         if link["label"]:
             assert link["label"].split()[0] in texts
+
+
+def test_a_fabric_is_described_by_its_counts():
+    counts = topology.summary(topology.PAPER_NODE)
+    text = topology.describe(counts)
+    assert text.startswith(f"This machine: {counts['sockets']} socket(s), "
+                           f"{counts['numa_nodes']} memory node(s), {counts['gpus']} GPU(s)")
+    assert text.endswith("talk over the links drawn above.")  # GPUs on two sockets
+    one = {"sockets": 1, "numa_nodes": 1, "gpus": 0, "nics": 1, "cpu": "socket 0: a CPU"}
+    assert topology.describe(one).endswith("talk through shared memory.")

@@ -117,3 +117,11 @@ def test_a_lowered_learning_rate_starts_a_trend_of_its_own():
     few = trend.showers_to_goal(flat[:44], n_boot=100)["resolution"]
     assert few["epochs"] == 4 and trend.need(few, "resolution") == "too few epochs (4)"
     assert trend.at_current_lr([{"epoch": 1}]) == [{"epoch": 1}]  # no lr recorded: all rows
+
+
+def test_the_section_introduces_the_estimates_table():
+    rows = [{"epoch": e, "showers_seen": 1000 * e, "lr": 1e-3, "mon_targets_met": 10 + e // 4}
+            for e in range(1, 21)]
+    est = {"run": {"targets_met": trend.showers_to_goal(rows)["targets_met"]}}
+    text = trend.section(est, budget=50_000)
+    assert text.startswith("**Estimated**: ") and text.endswith(trend.table(est, budget=50_000))

@@ -5,7 +5,8 @@ The package in rooms (the README has one line per module and a picture of how da
 * top level (8 modules) - :mod:`~gan3d.cli` (the ``gan3d`` command), :mod:`~gan3d.config`
   (settings and profiles), :mod:`~gan3d.exceptions`, :mod:`~gan3d.io` (the repository root,
   atomic writes, provenance), :mod:`~gan3d.records` (the envelope of every study file),
-  :mod:`~gan3d.console` (logging and progress bars), :mod:`~gan3d.doctor`, :mod:`~gan3d.lab`;
+  :mod:`~gan3d.console` (logging, progress bars and Markdown tables), :mod:`~gan3d.doctor`,
+  :mod:`~gan3d.lab`;
 * :mod:`gan3d.parallel` - Horovod/MPI collectives, mpirun launches, ipyparallel MPI engines, the
   process settings for MPI and TensorFlow (:mod:`~gan3d.parallel.runtime`);
 * :mod:`gan3d.data` - the calorimeter, synthetic showers, HDF5 files, the sharded input pipeline;

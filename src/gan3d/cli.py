@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -48,9 +49,79 @@ def _config(args: argparse.Namespace, **extra):
     return resolve(args.profile, overrides)
 
 
+class _Help(argparse.RawDescriptionHelpFormatter):
+    """Examples kept as written; each option's default shown where it has one of its own (an
+    option without one takes the profile's setting it names)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if action.default not in (None, False, [], argparse.SUPPRESS) and "default" not in text:
+            text += " (default: %(default)s)"
+        elif action.default is None and re.search(r"\b(data|train|scale|validation)\.\w", text):
+            text += " (default: the profile's)"
+        return text
+
+
+# What each command's --help ends with: commands a user can copy.
+EXAMPLES = {
+    "": ["gan3d doctor                      # what the environment has, and what is missing",
+         "make figures                      # every figure of the study (gan3d reproduce)",
+         "gan3d train --workers 2           # 3DGAN on 2 MPI ranks of this machine",
+         "gan3d simulate --generator long-1w --n 1000 --output showers.h5",
+         "gan3d <command> --help            # a command's options and examples"],
+    "doctor": ["gan3d doctor"],
+    "data generate": ["gan3d data generate                          # the profile's data set",
+                      "gan3d data generate --n-showers 2000 --files 8 --output data/small"],
+    "data check": ["gan3d data check data/data", "gan3d data check /path/to/EleEscan_1_1.h5"],
+    "train": ["gan3d train --workers 2                      # quick profile, 2 MPI ranks",
+              "gan3d train --set train.epochs=5 --output results/training/try",
+              "gan3d train --output results/training/try --resume",
+              "gan3d train --fork-from studies/warm-start/epoch-0026.npz --epochs 30 --workers 2",
+              "mpirun -np 4 gan3d train --profile paper    # on a cluster (docs/cluster.md)",
+              "gan3d train --backend jax --workers 2",
+              "tensorboard --logdir results/training       # the scalars every run writes"],
+    "scale": ["gan3d scale --workers 1,2 --mode strong",
+              "gan3d scale --workers 1,2 --network 10gbe   # an emulated network (as root)"],
+    "validate": ["gan3d validate long-1w long-2w", "gan3d validate results/training/train_1w"],
+    "simulate": ["gan3d simulate --generator long-1w --n 1000 --output showers.h5",
+                 "gan3d simulate --generator long-1w --n 1000 --energies 50,100,200 "
+                 "--output showers.h5",
+                 "gan3d simulate --generator results/training/run --n 100 --output x.h5 --force"],
+    "export": ["gan3d export results/training/run shipped/",
+               "gan3d export results/training/run/checkpoints/epoch-0010.npz shipped/ --force"],
+    "study": ["gan3d study --profile study --status",
+              "gan3d study --profile study --max-runs 1",
+              "gan3d study --profile study --verify-code 244eb25"],
+    "warm-start": ["gan3d warm-start --status", "gan3d warm-start --until-decided 6",
+                   "gan3d warm-start --verify-code 99e8fc3"],
+    "reproduce": ["gan3d reproduce                 # = make figures",
+                  "gan3d reproduce --only 04_physics_validation.ipynb",
+                  "gan3d reproduce --profile paper --force"],
+    "lab": ["gan3d lab", "gan3d lab --port 8890"],
+}
+
+
+def _document(parser: argparse.ArgumentParser, prefix: str = "") -> None:
+    """Give every command its one-line help as a description, its examples, and defaults."""
+    parser.formatter_class = _Help
+    examples = EXAMPLES.get(prefix.strip())
+    if examples:
+        parser.epilog = "examples:\n" + "\n".join(f"  {e}" for e in examples)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {a.dest: a.help for a in action._choices_actions}
+            for name, sub in action.choices.items():
+                sub.description = sub.description or helps.get(name)
+                _document(sub, f"{prefix}{name} ")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gan3d", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="gan3d", formatter_class=_Help,
+        description="Train 3DGAN data-parallel (Horovod, or JAX), reproduce the study's figures, "
+                    "validate trained generators against reference showers and simulate showers "
+                    "with them. Errors a user can cause print one line saying what to fix "
+                    "(exit 2).")
     parser.add_argument("--version", action="version", version=f"gan3d {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("doctor", help="check the environment and say how to fix what is missing")
@@ -69,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="run only these notebooks (name or number, repeatable)")
     sub.add_parser("lab", help="open JupyterLab on notebooks/ with the gan3d kernel "
                    "(further options are passed to JupyterLab)")
+    _document(parser)
     return parser
 
 
@@ -139,6 +211,8 @@ def _simulate_parser(sub) -> None:
     sim.add_argument("--seed", type=int, default=0)
     sim.add_argument("--precision", default="auto", choices=("auto", "float32", "bfloat16"),
                      help="auto: bfloat16 where the CPU has bfloat16 arithmetic, else float32")
+    sim.add_argument("--force", action="store_true",
+                     help="replace the file --output names if it exists (else refused)")
     sim.add_argument("--strict", action="store_true",
                      help="refuse energies outside those the generator was trained on "
                           "(default: simulate them with a warning naming its range)")
@@ -153,6 +227,8 @@ def _export_parser(sub) -> None:
                                    "discriminator.weights.h5, reference.json); pass it later "
                                    "where a training folder is expected")
     ex.add_argument("--note", default="", help="a line on what it is, kept in reference.json")
+    ex.add_argument("--force", action="store_true",
+                    help="replace the export the folder holds (else refused)")
     ex.add_argument("--monitor-showers", type=int, default=256,
                     help="showers per monitor energy of its final monitors")
 
@@ -255,14 +331,16 @@ def _cmd_warm(args: argparse.Namespace) -> int:
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
+    _signals_unwind()
     from .gan.simulate import simulate  # imports TensorFlow
 
     simulate(args.generator, args.n, args.output, energies=args.energies, batch=args.batch,
-             seed=args.seed, precision=args.precision, strict=args.strict)
+             seed=args.seed, precision=args.precision, strict=args.strict, force=args.force)
     return 0
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
+    _signals_unwind()
     from .gan import reference  # imports TensorFlow
 
     if not Path(args.source).exists():
@@ -271,7 +349,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
         raise Gan3dError(f"--monitor-showers {args.monitor_showers}: give at least 2 showers "
                          "per energy (a spread needs two)")
     meta = reference.export(args.source, Path(args.folder), note=args.note,
-                            monitor_showers=args.monitor_showers)
+                            monitor_showers=args.monitor_showers, force=args.force)
     final = meta["final_monitors"]
     print(f"{args.folder}: epoch {meta['epoch']} ({meta['showers_seen']:,} showers), "
           f"{final['targets_met']} of {final['targets']} targets at {args.monitor_showers} "
@@ -358,6 +436,28 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
     return 0 if summary.ok else 1
 
 
+class _Signalled(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where the command is: its writers clean up as on Ctrl-C."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _signals_unwind() -> None:
+    """SIGTERM and SIGHUP end this command as Ctrl-C does (exit 128 + the signal's number),
+    so that what it was writing is removed rather than left as a temporary file."""
+    import signal
+    import threading
+
+    def unwind(signum, frame):
+        raise _Signalled(signum)
+
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, unwind)
+
+
 def _bounded_interrupt(command: str, running: dict, grace: float = 30.0) -> None:
     """Ctrl-C ends ``gan3d command`` within ``grace`` seconds. The first SIGINT unwinds as usual
     (KeyboardInterrupt: the notebook's kernel is shut down, nothing is published); should that
@@ -425,6 +525,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Gan3dError as exc:
         print(f"gan3d {args.command}: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"gan3d {args.command}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        signum = getattr(exc, "signum", 2)  # Ctrl-C is SIGINT
+        print(f"gan3d {args.command}: interrupted" + (f" by signal {signum}" if signum != 2
+                                                      else ""), file=sys.stderr)
+        return 128 + signum

@@ -1,4 +1,4 @@
-"""What the package tells its user: log messages in one format, and tqdm progress bars.
+"""What the package tells its user: log messages in one format, tqdm progress bars, and tables.
 
 Every module logs through ``console.get_logger(__name__)``; the first call gives the ``gan3d``
 logger one handler (unless the application configured logging itself), so that messages look the
@@ -11,17 +11,23 @@ In a job of several ranks only rank 0 logs information; the others log warnings 
 marked with their rank (:func:`set_rank`, called by :func:`gan3d.parallel.distributed.init`).
 Long work shows a tqdm bar (:func:`progress`), on rank 0 only. ``GAN3D_LOG_LEVEL`` (e.g.
 ``DEBUG``) sets the level, ``GAN3D_PROGRESS=0`` turns the bars off.
+
+Every Markdown table the package shows (the notebooks' tables, the claims ledger, the figure index)
+is made by :func:`table`, on the ``tabulate`` library.
 """
 
 from __future__ import annotations
 
 import logging
+import numbers
 import os
+import re
 import sys
+from typing import Iterable, Sequence
 
 from tqdm import tqdm  # text bars: the same in a terminal, a notebook and an engine
 
-__all__ = ["get_logger", "set_rank", "progress", "FORMAT"]
+__all__ = ["get_logger", "set_rank", "progress", "table", "FORMAT"]
 
 FORMAT = "%(asctime)s %(name)s%(rank)s: %(message)s"
 _DATE = "%H:%M:%S"
@@ -87,3 +93,41 @@ def progress(iterable=None, *, total: float | None = None, desc: str | None = No
     return tqdm(iterable, total=total, desc=desc, unit=unit, file=sys.stderr,
                 disable=off if disable is None else (disable or off), dynamic_ncols=True,
                 **kwargs)
+
+
+def _cell(value, fmt: str, missing: str) -> str:
+    """One cell's text: a string as it is, a float in ``fmt``, None as ``missing``; a ``|`` not
+    escaped yet escaped, line breaks as spaces (a cell of a Markdown table is one line)."""
+    if value is None:
+        text = missing
+    elif isinstance(value, str):
+        text = value
+    elif isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):
+        text = format(value, fmt)  # float and NumPy's floating types
+    else:
+        text = str(value)
+    return re.sub(r"(?<!\\)\|", r"\\|", text).replace("\n", " ")
+
+
+def table(rows: Iterable[Sequence], headers: Sequence[str], *,
+          floatfmt: str | Sequence[str] = "g", missing: str = "") -> str:
+    """A GitHub-flavoured Markdown table of ``rows`` under ``headers`` (``tabulate``'s "github").
+
+    A string cell is shown as it is (tabulate would read "0.10" as a number and print "0.1"), a
+    float cell in ``floatfmt`` (one format for every column, or one per column), None as
+    ``missing``. Columns are padded to their widest cell; a row shorter than the headers is
+    filled with empty cells.
+    """
+    from tabulate import tabulate  # only where a table is made: the CLI starts without it
+
+    n = len(headers)
+    fmts = [floatfmt] * n if isinstance(floatfmt, str) else list(floatfmt)
+    body = []
+    for row in rows:
+        cells = list(row)
+        if len(cells) > n:
+            raise ValueError(f"a row of {len(cells)} cells under {n} headers: {cells!r}")
+        cells += [""] * (n - len(cells))
+        body.append([_cell(v, f, missing) for v, f in zip(cells, fmts)])
+    return tabulate(body, headers=[_cell(h, "g", "") for h in headers], tablefmt="github",
+                    disable_numparse=True)

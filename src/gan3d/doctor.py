@@ -276,6 +276,7 @@ def collect() -> tuple[dict, list[Finding]]:
         "jupyter kernel 'gan3d'": kernel,
         "cores": runtime.cpu_count(),
         "cpu bfloat16": runtime.cpu_has_bf16(),
+        "train.precision auto": auto_precision(n_gpus),
         "memory_gib": round(_memory_gib() or 0, 1),
         "libmpi loaded": libmpi,
         "process settings": {k: os.environ.get(k) for k in runtime.PROCESS_DEFAULTS},
@@ -283,6 +284,19 @@ def collect() -> tuple[dict, list[Finding]]:
     findings = [python, *deps.values(), *modules.values(), jax, horovod,
                 *_gpu_checks(n_gpus, tf_build, built["horovod"]), mpi4py, mpirun, libmpi, kernel]
     return info, _problems(findings)
+
+
+def auto_precision(n_gpus: int = 0) -> str:
+    """What ``train.precision: auto`` trains in here (the Horovod backend), and why."""
+    from .config import TRAINING_AUTO_CPU_BF16
+
+    if n_gpus:
+        return ("float32 (a GPU: bfloat16 and float16 were not measured on GPUs; set "
+                "train.precision to choose)")
+    if runtime.training_auto(None, "horovod", TRAINING_AUTO_CPU_BF16) == "bfloat16":
+        return ("bfloat16 (this CPU has bfloat16 arithmetic, AVX512_BF16 or AMX, where the "
+                "warm-start study found bfloat16 trains like float32, and faster)")
+    return "float32 (this CPU has no bfloat16 arithmetic: bfloat16 would be emulated, slower)"
 
 
 def _problems(findings: Iterable[Finding]) -> list[Finding]:

@@ -69,6 +69,10 @@ class OutputNotWritable(Gan3dError, PermissionError):
     """An output folder cannot be created or written to."""
 
 
+class OutputExists(Gan3dError, FileExistsError):
+    """An output path a user named already holds another result (``--force`` replaces it)."""
+
+
 class NonFiniteLoss(Gan3dError, FloatingPointError):
     """A training loss became NaN or infinite; the last good checkpoint is kept."""
 

@@ -20,6 +20,7 @@ import errno
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -30,7 +31,7 @@ from typing import Any, Iterator, NamedTuple
 import numpy as np
 
 from . import __version__
-from .exceptions import OutputNotWritable
+from .exceptions import OutputExists, OutputNotWritable
 from .parallel.runtime import cpu_count
 
 __all__ = ["repo_root", "resolve_path", "atomic_path", "fsync_path", "remove_temporaries",
@@ -69,6 +70,41 @@ def ensure_dir(path: str | os.PathLike) -> Path:
 
 
 TMP_MARK = ".tmp-"  # in the name of every temporary file: `.<stem>.tmp-<random><suffix>`
+
+
+def check_output(path: str | os.PathLike, *, force: bool = False, needs: int = 0,
+                 folder: bool = False, holds: str | None = None) -> Path:
+    """A path a user named for output, checked before any work starts.
+
+    A file (``folder=False``): not a folder, and not an existing file unless ``force``. A folder:
+    not a file, and not one holding ``holds`` (another result's marker file) unless ``force``.
+    Its folder must be writable with at least ``needs`` bytes free. What a writer of this output
+    killed mid-write left beside it (its temporaries) is removed. Raises :class:`OutputExists`
+    or :class:`OutputNotWritable`, saying what to do; returns the resolved path.
+    """
+    p = resolve_path(path)
+    if folder and p.is_file():
+        raise OutputNotWritable(f"{p} is a file; name a folder to write into")
+    if not folder and p.is_dir():
+        raise OutputNotWritable(f"{p} is a folder; name the file to write "
+                                f"(e.g. {p / 'showers.h5'})")
+    other = (p / holds if holds else None) if folder else p
+    if other is not None and other.exists() and not force:
+        raise OutputExists(f"{p} already holds another result ({other.name}); pass --force to "
+                           "replace it, or name another path")
+    parent = ensure_dir(p.parent)  # the output itself is made by the writer, once work is done
+    if folder and p.is_dir() and not os.access(p, os.W_OK | os.X_OK):
+        raise OutputNotWritable(f"output folder {p} is not writable; choose another or fix its "
+                                "permissions")
+    free = shutil.disk_usage(parent).free
+    if needs > free:
+        raise OutputNotWritable(f"{p} needs at least {needs / 1e9:.1f} GB and {parent} has "
+                                f"{free / 1e9:.1f} GB free; write less, or choose another disk")
+    where, pattern = (p, f".*{TMP_MARK}*") if folder else (parent, f".{p.stem}{TMP_MARK}*")
+    for left in where.glob(pattern) if where.is_dir() else []:
+        if left.is_file():
+            left.unlink(missing_ok=True)  # a writer killed mid-write (SIGKILL) left it
+    return p
 _FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 
 

@@ -30,13 +30,15 @@ from typing import Sequence
 import numpy as np
 from scipy import stats as _stats
 
+from .. import console
 from ..config import Config, to_dict
 from ..parallel.netns import PROFILES
 from ..scaling import perfmodel
 
 __all__ = ["MARGINS", "FINAL_POINTS", "final_values", "tost", "paired_tost", "seeds_needed",
            "paired_seeds_needed", "compare", "verdicts", "curves",
-           "measure_communication", "communication_table", "reference_of"]
+           "measure_communication", "communication_table", "reference_of", "label", "row_label",
+           "verdict_table", "tally", "savings_table"]
 
 FINAL_POINTS = 2
 # monitor: (margin, kind): "abs" in the monitor's unit, "rel" as a share of the reference mean.
@@ -51,6 +53,25 @@ MARGINS = {
     "g_loss": (0.20, "rel"),
 }
 ALPHA = 0.05
+
+
+def label(config_id: str) -> str:
+    """A configuration's name in words: "2 workers, lr x N, local SGD k=16", ..."""
+    parts = config_id.split("-")
+    text = f"{parts[0][:-1]} worker{'s' if parts[0] != '1w' else ''}"
+    rules = {"linear": "lr x N", "none": "plain lr", "sqrt": "lr x sqrt N",
+             "warmup": "lr x N, warm-up"}
+    if len(parts) > 1 and parts[1] != "bf16":
+        text += f", {rules.get(parts[1], parts[1])}"
+    for part in parts[2:]:
+        text += f", local SGD k={part[1:]}" if part.startswith("k") else ""
+    return text + (", bfloat16" if config_id.endswith("-bf16") else "")
+
+
+def row_label(row: dict) -> str:
+    """A comparison's candidate, and its reference where that is not 1 worker."""
+    ref = row.get("reference")
+    return label(row["candidate"]) + (f" vs {label(ref)}" if ref and ref != "1w" else "")
 
 
 def reference_of(config_id: str, block: str) -> str:
@@ -278,3 +299,40 @@ def communication_table(results: dict, ks: Sequence[int], workers: int = 12) -> 
             row["measured saved"] = 1 - row["measured_s"] / comm["k1_step_s"]
         out.append(row)
     return out
+
+
+def verdict_table(rows: Sequence[dict], block: str) -> str:
+    """Markdown: the comparisons of :func:`verdicts` in ``block`` ("eq", "sync", "lr"), one row
+    each, then :func:`tally`'s line per candidate."""
+    table = console.table(
+        [[r["candidate"], r["reference"], r["monitor"], f"{r['n'][0]}, {r['n'][1]}",
+          f"{r['mean']:.3g} +- {r['sd']:.2g}", f"{r['ref_mean']:.3g} +- {r['ref_sd']:.2g}",
+          f"[{r['low']:.3g}, {r['high']:.3g}]", f"{r['margin']:.3g}", f"{r['curve_z']:.2f}",
+          f"{r['seeds_needed']:.0f}", f"**{r['verdict']}**"] for r in rows if r["block"] == block],
+        ["candidate", "reference", "monitor", "seeds", "candidate mean +- sd",
+         "reference mean +- sd", "90 % interval of the difference", "margin",
+         "curve distance (sd)", "seeds needed", "verdict"])
+    return table + "\n\n" + tally(rows, block)
+
+
+def tally(rows: Sequence[dict], block: str) -> str:
+    """Markdown, one line per candidate of ``block``: how many monitors got each verdict, and
+    which."""
+    found: dict = {}
+    for r in rows:
+        if r["block"] == block:
+            found.setdefault((r["candidate"], r["reference"]), {}).setdefault(
+                r["verdict"], []).append(r["monitor"])
+    return "\n".join(f"* **{label(c)}** against {label(ref)}: "
+                     + "; ".join(f"{v} {len(m)} ({', '.join(m)})" for v, m in sorted(by.items()))
+                     for (c, ref), by in found.items())
+
+
+def savings_table(comm: Sequence[dict]) -> str:
+    """Markdown: :func:`communication_table`'s rows, per k the communication per step measured
+    here and modelled per network at 12 workers (ms), with the share saved against k = 1."""
+    nets = list(NETWORKS)
+    return console.table(
+        [[r["k"], f"{1e3 * r['measured_s']:.2f}" if r.get("measured_s") else "-",
+          *(f"{1e3 * r[n]:.3g} ({100 * r[n + ' saved']:.0f} %)" for n in nets)] for r in comm],
+        ["k", "measured here (ms/step)", *(f"{n}, 12 workers (ms/step, saved)" for n in nets)])

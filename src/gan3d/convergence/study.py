@@ -48,7 +48,8 @@ from .plan import Run, code_hash, plan, run_config, summarise_history
 
 log = console.get_logger(__name__)
 
-__all__ = ["run_study", "load", "stale", "status", "verify", "finite_json"]
+__all__ = ["run_study", "load", "stale", "status", "verify", "finite_json", "runs_table",
+           "describe"]
 
 def load(path: str | Path) -> dict:
     """The results file (an empty study if it does not exist yet)."""
@@ -202,3 +203,42 @@ def status(cfg: Config, results: dict | None = None) -> dict[str, Any]:
     done = [i for i in ids if i in results.get("runs", {})]
     return {"planned": len(ids), "done": len(done), "missing": [i for i in ids if i not in done],
             "stale": stale(results)}
+
+
+def runs_table(results: dict, cfg: Config) -> str:
+    """Markdown: a study's runs (of ``cfg``'s study settings), each with its showers, final
+    profile distance, final targets met and weight synchronisations."""
+    from . import analysis
+
+    rows = [[rid, f"{r['showers']:,}", f"{analysis.final_values(r, 'profile_distance'):.3f}",
+             f"{analysis.final_values(r, 'mon_targets_met'):.1f}",
+             sum(x["syncs"] or 0 for x in r["rows"])] for rid, r in sorted(results["runs"].items())]
+    return (f"This profile's study ({cfg.study.seeds} seed(s), {cfg.study.showers:,} showers per "
+            "run):\n\n" + console.table(rows, ["run", "showers", "final profile distance",
+                                                "final targets met", "syncs"]))
+
+
+def describe(results: dict, state: dict, where: str) -> str:
+    """Markdown: where a study's results come from (``where``), how far it is (``state``, a
+    :func:`status`), whether the training code that made them is this checkout's, was shown to
+    train to the same bits (a check of ``gan3d study --verify-code``) or is stale, and the
+    showers each run saw."""
+    check = results.get("checks", {}).get(code_hash(), {})
+    kinds = "; ".join(f"{k}: {c['compared']}, {c['equality']}"
+                      for k, c in check.get("kinds", {}).items())
+    if state["stale"]:
+        freshness = (f"**stale**: {len(state['stale'])} run(s) were made by other training code - "
+                     "check it (`gan3d study --profile study --verify-code COMMIT`) or rerun them "
+                     "(`--restart`)")
+    elif check:
+        freshness = (f"made by training code `{check['same_as']}` (commit "
+                     f"`{str(check['reference']['commit'])[:7]}`), shown to train every kind of "
+                     f"run it holds to the same bits as this checkout's `{code_hash()}` ({kinds}; "
+                     f"short runs of {next(iter(check['kinds'].values()))['showers']} showers)")
+    else:
+        freshness = "made by this checkout's training code"
+    seen = sorted({r["showers"] for r in results["runs"].values()})
+    return (f"`{where}`: **{state['done']} of {state['planned']} runs**, {freshness}; each run saw "
+            f"{', '.join(f'{s:,}' for s in seen)} training showers (all workers together)"
+            + (f"; not run yet: {', '.join(state['missing'])} (`gan3d study --profile study` "
+               "continues)" if state["missing"] else "") + ".")

@@ -1,5 +1,6 @@
 """Showers to look at: a sample with fixed-energy subsets, and reference showers for a GAN's,
-synthetic or read from files."""
+synthetic or read from files; what notebook 01 reads from a sample's headline numbers (a
+:func:`gan3d.validation.physics.sample_summary`), as sentences and a table."""
 
 from __future__ import annotations
 
@@ -7,11 +8,13 @@ from typing import Sequence
 
 import numpy as np
 
+from .. import console
 from . import showers
 from ..io import resolve_path
 from .files import list_files, read_showers, split_files
 
-__all__ = ["load_sample", "reference_showers"]
+__all__ = ["load_sample", "reference_showers", "describe", "depth_reading", "sampling_reading",
+           "hits_reading", "resolution_reading", "headline_table"]
 
 
 def load_sample(source: str, n_showers: int, energies: Sequence[float] = (), *,
@@ -64,3 +67,82 @@ def reference_showers(data_cfg, energies: Sequence[float], seed: int = 0
     ecal, energy = (np.concatenate(x) for x in zip(*(read_showers(f) for f in test)))
     pick = [int(np.argmin(np.abs(energy - e))) for e in energies]
     return ecal[pick], energy[pick].astype(np.float64)
+
+
+def describe(sample: dict) -> str:
+    """One line on a :func:`load_sample` sample: its showers, source, energy range and the
+    showers at each fixed energy."""
+    energy, by_energy = sample["energy"], sample["by_energy"]
+    return (f"{len(energy)} showers from {sample['source']}, {energy.min():.0f}-{energy.max():.0f} "
+            "GeV; at fixed energies: " + ", ".join(f"{e:g} GeV x {len(x)}"
+                                                   for e, x in by_energy.items()))
+
+
+def _column(summary: dict, key: str) -> np.ndarray:
+    return np.array([r[key] for r in summary["bins"]])
+
+
+def _log_slope(e: np.ndarray, y: np.ndarray) -> float:
+    """The slope of ``y`` against ln E (nan with fewer than two energies)."""
+    return np.polyfit(np.log(e), y, 1)[0] if len(e) >= 2 else float("nan")
+
+
+def depth_reading(summary: dict) -> str:
+    """Markdown: how the mean depth of the energy and the transverse width change with energy
+    (the shower maximum moves like ln E, the width is the Moliere radius's)."""
+    e, depth = _column(summary, "energy"), _column(summary, "mean_depth_layers")
+    width = _column(summary, "x_second_moment_cells2")
+    return (f"Reading: from {e.min():g} to {e.max():g} GeV the mean depth of the energy moves from "
+            f"layer {depth[0]:.1f} to {depth[-1]:.1f}, **{_log_slope(e, depth):.2f} layers per "
+            f"factor e** of energy (a shower's maximum moves like ln E), while the transverse "
+            f"second moment only goes from {width[0]:.2f} to {width[-1]:.2f} cells²: the Molière "
+            "radius, not the energy, sets the width.")
+
+
+def sampling_reading(summary: dict) -> str:
+    """Markdown: the largest deviation of the mean sampling fraction from the published fit at
+    the fixed energies, against the +-3 % band."""
+    worst = 100 * summary["max_abs_deviation_from_fit"]
+    return (f"Reading: at the fixed energies the mean sampling fraction differs from the published "
+            f"fit by at most **{worst:.1f} %** ({'inside' if worst <= 3 else 'OUTSIDE'} the grey "
+            "± 3 % band). Only one constant (the front sampling fraction) was tuned; the fall with "
+            "energy comes out of the shower physics: leakage and the coarser back section.")
+
+
+def hits_reading(summary: dict) -> str:
+    """Markdown: the hit cells at the lowest and highest energy and the power of E they follow."""
+    e, hits = _column(summary, "energy"), _column(summary, "hits")
+    power = _log_slope(e, np.log(hits))
+    return (f"Reading: more energy, more hit cells: {hits[0]:.0f} at {e[0]:g} GeV, {hits[-1]:.0f} "
+            f"at {e[-1]:g} GeV, roughly like **E^{power:.2f}**. The spectrum spans many decades, "
+            "from single quanta to the core cells: a GAN has to get both ends right.")
+
+
+def resolution_reading(summary: dict) -> str | None:
+    """Markdown: the fitted resolutions a/sqrt(E) (+) b of the reconstructed energy and of the
+    plain visible sum; None where the summary has no fits (fewer than two energies)."""
+    reco, vis = summary.get("resolution_fit_reconstructed"), summary.get("resolution_fit_visible")
+    if not (reco and vis):
+        return None
+    return (f"Reading: the reconstructed energy has a resolution of **{100 * reco['a']:.1f} %/√E ⊕ "
+            f"{100 * reco['b']:.1f} %**, the stochastic term of a Si–W sampling calorimeter with a "
+            f"small constant term from leakage; the plain sum's is {100 * vis['a']:.1f} %/√E ⊕ "
+            f"{100 * vis['b']:.1f} %. A shower that starts late puts more of itself in the back "
+            "section, which samples half as much; the real detector's files store that plain sum "
+            "too.")
+
+
+def headline_table(summary: dict) -> str:
+    """The headline numbers per energy as a Markdown table, then the largest deviation from the
+    published fit and the fitted resolution of the reconstructed energy."""
+    table = console.table(
+        [[f"{r['energy']:g}", r["n"], f"{r['sampling_fraction']:.4f}", f"{r['ratio_to_fit']:.3f}",
+          r["max_layer"], f"{r['hits']:.0f}", f"{r['x_second_moment_cells2']:.2f}",
+          f"{r['resolution_reconstructed']:.4f}"] for r in summary["bins"]],
+        ["E (GeV)", "n", "E_vis/E", "/ fit", "max layer", "hits", "<x2> (cell2)", "sigma/E reco"])
+    fit = summary.get("resolution_fit_reconstructed")
+    if not fit:
+        return table
+    return (f"{table}\n\nmax deviation from the published fit: "
+            f"{100 * summary['max_abs_deviation_from_fit']:.1f} %; resolution (reconstructed): "
+            f"{100 * fit['a']:.1f} %/sqrt(E) + {100 * fit['b']:.1f} %")

@@ -31,7 +31,7 @@ import numpy as np
 
 from .. import console
 from ..exceptions import CheckpointError
-from ..io import atomic_path, write_json
+from ..io import atomic_path, check_output, write_json
 from ..validation import monitors
 from .history import read_history
 
@@ -157,7 +157,8 @@ def _networks(run: Path, checkpoint: Path | None = None):
 
 
 def export(run: str | Path, folder: Path = FOLDER, *, note: str = "",
-           monitor_showers: int = 256, checkpoint: str | Path | None = None) -> dict:
+           monitor_showers: int = 256, checkpoint: str | Path | None = None,
+           force: bool = False) -> dict:
     """Ship the networks of the training output folder ``run`` (weights only, float32) into
     ``folder``: its ``generator.keras`` and ``discriminator.keras`` when it finished, else its
     newest checkpoint, or the epoch ``checkpoint`` (e.g. the one whose monitors were best: GAN
@@ -165,9 +166,13 @@ def export(run: str | Path, folder: Path = FOLDER, *, note: str = "",
     again on ``monitor_showers`` showers per energy; the learning curve is the run's whole
     history (``history.jsonl`` when it is there: the monitors it recorded every epoch),
     ``epoch`` says which epoch was shipped. From a checkpoint, ``source`` names it (with its
-    sha256) and ``forks`` the forks its run descends through (:func:`~.checkpoints.lineage`)."""
+    sha256) and ``forks`` the forks its run descends through (:func:`~.checkpoints.lineage`).
+    A ``folder`` that holds another export (its ``reference.json``) is refused before any work
+    unless ``force``; a file there is refused."""
     from .checkpoints import lineage
     from .model import generate_showers
+
+    folder = check_output(folder, folder=True, holds=_INFO, force=force)
 
     run = Path(run)
     if checkpoint is None and run.is_file():

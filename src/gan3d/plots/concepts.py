@@ -1,8 +1,10 @@
 """Figures of the hands-on lesson (notebook 05): a ring all-reduce step by step, its time against
-the model, learning-rate scaling, and Amdahl's law measured and fitted.
+the model, learning-rate scaling, and Amdahl's law measured and fitted; and what the lesson says
+of each check, from its numbers.
 
-Each function takes what the lesson measured and an optional ``ax`` (see :mod:`gan3d.plots`),
-and returns the Figure; measured points and model curves are told apart in every legend.
+Each figure function takes what the lesson measured and an optional ``ax`` (see
+:mod:`gan3d.plots`), and returns the Figure; measured points and model curves are told apart in
+every legend. Each ``*_reading`` returns Markdown.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from matplotlib.patches import Circle, FancyArrowPatch
 
 from . import LABELS, colours, panels, styled
 
-__all__ = ["ring_steps", "ring_timing", "lr_curves", "amdahl"]
+__all__ = ["ring_steps", "ring_timing", "lr_curves", "amdahl", "broadcast_reading", "ring_reading",
+           "data_parallel_reading", "lr_reading", "amdahl_reading", "summary_line"]
 
 
 def _node_xy(size: int) -> np.ndarray:
@@ -110,3 +113,67 @@ def amdahl(workers: Sequence[int], speedups: Mapping[str, Sequence[float]], seri
     ax.set_ylabel("speed-up of a step")
     ax.legend(fontsize=7)
     return fig
+
+
+def broadcast_reading(before: Sequence[float], after: Sequence[float]) -> str:
+    """The ranks' weight checksums before and after the broadcast of rank 0's."""
+    return (f"Before: {len(set(before))} different checksums; after the broadcast: all equal to "
+            f"rank 0's ({after[0]:.4f}).")
+
+
+def ring_reading(sizes: Sequence[int], ring_s: Sequence[float], mpi_s: Sequence[float],
+                 model: Mapping, predicted: Sequence[float]) -> str:
+    """The ring model fitted to the hand-written ring (``model``: ``latency_s``,
+    ``bandwidth_Bps``; ``predicted``: its seconds at ``sizes``), its worst error against the
+    measurement, and MPI's own all-reduce against the ring at the largest message."""
+    ring, mpi, pred = (np.asarray(x, float) for x in (ring_s, mpi_s, predicted))
+    big = int(np.argmax(sizes))
+    worst = int(np.argmax(np.abs(pred / ring - 1)))
+    return (f"Fitted to the hand-written ring: α = {1e6 * model['latency_s']:.0f} µs per step and "
+            f"BW = {model['bandwidth_Bps'] / 1e9:.2f} GB/s; the model is at most "
+            f"{100 * abs(pred[worst] / ring[worst] - 1):.0f} % off a measurement (at "
+            f"{sizes[worst] // 1024} KiB: two parameters cannot follow the caches and the "
+            f"shared-memory protocols of one machine). At {sizes[big] // 1024} KiB MPI's own "
+            f"all-reduce takes {mpi[big] / ring[big]:.2f}× the ring's time: it picks its algorithm "
+            "by message size.")
+
+
+def data_parallel_reading(rel_inference: float, rel_batchnorm: float) -> str:
+    """How far the ranks' averaged gradient is from the whole batch's, with BatchNorm's
+    statistics fixed and with each rank's own."""
+    return (f"With fixed BatchNorm statistics the averaged gradient equals the whole batch's to "
+            f"float rounding (relative difference {rel_inference:.1g}); with each rank's own batch "
+            f"statistics it moves by **{100 * rel_batchnorm:.1f} %**: N workers × b is not exactly "
+            "one worker × N·b.")
+
+
+def lr_reading(plain: float, scaled: float, workers: int) -> str:
+    """The loss after one epoch of ``workers`` workers over one worker's, with the plain and the
+    scaled learning rate."""
+    return (f"After one epoch, {workers} workers with the plain rate are at {plain:.2f}× the "
+            f"one-worker loss, with lr × {workers} at {scaled:.2f}×: scaling the rate recovers the "
+            "progress per epoch, and warm-up costs a little of it at the start, which buys "
+            "stability where a large rate on untrained weights would diverge.")
+
+
+def amdahl_reading(serial_fit: float, serial: float, speedups: Mapping[str, Sequence[float]],
+                   workers: int) -> str:
+    """The fitted serial share against the injected one, and the speed-ups at ``workers`` with
+    serial and with distributed evaluation."""
+    serial_s = speedups["serial evaluation (waits injected)"][-1]
+    distributed_s = speedups["distributed evaluation (waits injected)"][-1]
+    return (f"Fitted serial share **{100 * serial_fit:.1f} %** against the {100 * serial:.0f} % "
+            f"injected. With serial evaluation {workers} workers reach {serial_s:.2f}×; evaluating "
+            f"on every worker, {distributed_s:.2f}× (the paper's fix, "
+            "`train.eval_mode=distributed`).")
+
+
+def summary_line(checks: Mapping, serial: float) -> str:
+    """What the lesson verified, in one line (``checks``: its checks; ``serial``: the injected
+    serial share)."""
+    return " ".join([
+        "broadcast: all ranks equal after, differ before;",
+        f"ring = library to {checks['ring_equals_library']['max_abs_difference']:.1g};",
+        f"data parallel {checks['data_parallel']['rel_inference']:.1g} (BN fixed) vs "
+        f"{checks['data_parallel']['rel_batchnorm']:.2g} (per-rank BN);",
+        f"Amdahl fit {100 * checks['amdahl']['serial_fitted']:.1f} % of {100 * serial:.0f} %"])

@@ -13,6 +13,7 @@ from typing import Sequence
 import numpy as np
 
 from ..convergence import analysis
+from ..convergence.analysis import label, row_label  # noqa: F401 - the figures' labels
 from ..records import number
 from . import LABELS, colours, panels, styled
 
@@ -30,24 +31,6 @@ NAMES = {
 }
 _VERDICT_COLOUR = {"equivalent": "tab:green", "different": "tab:red", "inconclusive": "0.55",
                    "too few seeds": "0.8"}
-
-
-def label(config_id: str) -> str:
-    parts = config_id.split("-")
-    text = f"{parts[0][:-1]} worker{'s' if parts[0] != '1w' else ''}"
-    rules = {"linear": "lr x N", "none": "plain lr", "sqrt": "lr x sqrt N",
-             "warmup": "lr x N, warm-up"}
-    if len(parts) > 1 and parts[1] != "bf16":
-        text += f", {rules.get(parts[1], parts[1])}"
-    for part in parts[2:]:
-        text += f", local SGD k={part[1:]}" if part.startswith("k") else ""
-    return text + (", bfloat16" if config_id.endswith("-bf16") else "")
-
-
-def row_label(row: dict) -> str:
-    """A comparison's candidate, and its reference where that is not 1 worker."""
-    ref = row.get("reference")
-    return label(row["candidate"]) + (f" vs {label(ref)}" if ref and ref != "1w" else "")
 
 
 @styled

@@ -51,7 +51,8 @@ from .. import console
 from ..parallel import netns
 
 __all__ = ["ALGORITHMS", "MODELLED", "cost", "SIZES", "allreduce_times", "study", "winners",
-           "algorithm_table", "fastest", "horovod_transports", "horovod_table"]
+           "algorithm_table", "fastest", "horovod_transports", "horovod_table", "PAPER_LINKS",
+           "sections"]
 
 log = console.get_logger(__name__)
 
@@ -220,8 +221,7 @@ def algorithm_table(result: dict, sizes: Sequence[int] | None = None) -> str:
     """Markdown: per network, rank layout and algorithm, measured ms (model ms, error) per size;
     the fastest measured algorithm per size in bold."""
     sizes = [int(s) for s in (sizes or result["sizes"])]
-    head = ("| network | ranks | algorithm | " + " | ".join(_size(s) for s in sizes) + " |")
-    lines = [head, "|---" * (len(sizes) + 3) + "|"]
+    lines = []
     groups: dict = {}
     for r in result["rows"]:
         groups.setdefault((r["profile"], r["hosts"], r["per_host"]), []).append(r)
@@ -241,8 +241,8 @@ def algorithm_table(result: dict, sizes: Sequence[int] | None = None) -> str:
                     text += f" ({r['model_s'][str(s)] * 1e3:.3g}, {r['rel_error'][str(s)]:+.0%})"
                 cells.append(f"**{text}**" if best.get(s) == r["algorithm"] else text)
             layout = f"{hosts}" if per_host == 1 else f"{hosts} nodes x {per_host}"
-            lines.append(f"| {prof} | {layout} | {r['algorithm']} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+            lines.append([prof, layout, r["algorithm"], *cells])
+    return console.table(lines, ["network", "ranks", "algorithm", *(_size(s) for s in sizes)])
 
 
 def fastest(result: dict, nbytes: int) -> list[dict]:
@@ -267,17 +267,74 @@ def fastest(result: dict, nbytes: int) -> list[dict]:
 
 def horovod_table(result: dict) -> str:
     """Markdown: Horovod over Gloo against Horovod over MPI, per network and gradient set."""
-    lines = ["| network | gradients | tensors | MB | Gloo ms | MPI ms | MPI / Gloo |",
-             "|---|---|---|---|---|---|---|"]
-    for r in result["rows"]:
-        lines.append(f"| {r['profile']} | {r['net']} | {r['tensors']} | {r['bytes'] / 1e6:.2f} | "
-                     f"{r['gloo_s'] * 1e3:.2f} | {r['mpi_s'] * 1e3:.2f} | "
-                     f"{r['mpi_s'] / r['gloo_s']:.2f} |")
-    return "\n".join(lines)
+    rows = [[r["profile"], r["net"], r["tensors"], f"{r['bytes'] / 1e6:.2f}",
+             f"{r['gloo_s'] * 1e3:.2f}", f"{r['mpi_s'] * 1e3:.2f}",
+             f"{r['mpi_s'] / r['gloo_s']:.2f}"] for r in result["rows"]]
+    return console.table(rows, ["network", "gradients", "tensors", "MB", "Gloo ms", "MPI ms",
+                                "MPI / Gloo"])
 
 
 def _size(n: int) -> str:
     return f"{n // 2**20} MiB" if n >= 2**20 else f"{n // 1024} KiB"
+
+
+# The networks of the model's projection, the emulated links' nominal numbers: bandwidth
+# (bytes/s) and latency (s) per link.
+PAPER_LINKS = {name: (netns.PROFILES[key].rate_Bps, netns.PROFILES[key].latency_s)
+               for name, key in (("EDR (paper)", "edr"), ("10 GbE", "10gbe"), ("1 GbE", "1gbe"))}
+
+
+def _fastest_lines(result: dict, gradients: Sequence[tuple[str, int]]) -> list[str]:
+    lines = []
+    for what, nbytes in gradients:
+        for f in fastest(result, nbytes):
+            layout = (f"{f['hosts']} ranks" if f["per_host"] == 1
+                      else f"{f['hosts']} nodes x {f['per_host']} ranks")
+            lines.append(f"- {what} gradients ({f['bytes'] // 1024} KiB measured), {f['profile']}, "
+                         f"{layout}: fastest **{f['best']}** {f['best_s'] * 1e3:.2f} ms; Open "
+                         f"MPI's default ({f['default']}) {f['default_s'] * 1e3:.2f} ms")
+    return lines
+
+
+def _model_at_12(result: dict, gradients: Sequence[tuple[str, int]]) -> list[str]:
+    gamma = float(np.median([r["gamma_s_per_byte"] for r in result["rows"]]))
+    out = []
+    for name, (bw, lat) in PAPER_LINKS.items():
+        for what, nbytes in gradients:
+            cell = winners(nbytes, [12], [lat], bw, gamma)["grid"][0][0]
+            t = cell["times_s"]
+            out.append(f"{name}, {what}: {cell['best']} {t[cell['best']] * 1e3:.2f} ms (ring "
+                       f"{t['ring'] * 1e3:.2f}, recursive doubling "
+                       f"{t['recursive_doubling'] * 1e3:.2f})")
+    return out
+
+
+def sections(result: dict, sizes: Sequence[int] = (2**12, 2**16, 2**18, 2**20, 2**22, 2**24)
+             ) -> list[str]:
+    """What notebook 03 shows of a committed :func:`study`, one Markdown block each: the measured
+    times per algorithm at ``sizes`` (:func:`algorithm_table`); the fastest measured algorithm per
+    network for the 3DGAN's D and G gradients, and the textbook model's at the paper's 12 workers
+    per network of :data:`PAPER_LINKS` (reduction rate measured here); Horovod over MPI against
+    Gloo where measured (:func:`horovod_table`); when and where it was measured."""
+    from .perfmodel import threedgan_workload
+
+    wl = threedgan_workload()
+    gradients = (("D", wl.allreduce_bytes[0]), ("G", wl.allreduce_bytes[2]))
+    out = ["Measured ms per all-reduce (textbook model ms, its error); the fastest per size in "
+           "bold:\n\n" + algorithm_table(result, list(sizes)),
+           "**Fastest measured per network** for the 3DGAN's gradient sizes:\n\n"
+           + "\n".join(_fastest_lines(result, gradients))
+           + "\n\n**Model at the paper's 12 workers** (textbook costs, reduction rate measured "
+           "here): " + "; ".join(_model_at_12(result, gradients)) + "."]
+    if "horovod" in result:
+        out.append("**Horovod over MPI against Horovod over Gloo** (the 3DGAN's gradients of one "
+                   "update, tensor fusion on, 2 ranks; measured):\n\n"
+                   + horovod_table(result["horovod"]))
+    prov = result["provenance"]
+    out.append(f"Measured on {prov['time_utc'][:10]} (gan3d {prov['gan3d']}, {result['cores']} "
+               "cores: 4 ranks share them with the kernel's packet processing, which slows the "
+               "4-rank rows beyond what the links alone explain).")
+    return out
 
 
 # ---------------------------------------------------------------------------------------------

@@ -31,11 +31,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import console
 from . import perfmodel as pm
 
 __all__ = ["WATTS", "CPU_TDP", "UNKNOWN_CPU_WATTS_PER_CORE", "Zone", "rapl_zones", "counters",
            "counter_delta", "Meter", "meter", "cpu_model", "cpu_watts", "cpu_estimate", "per_shower",
-           "run_energy", "describe", "paper_runs", "energy_table"]
+           "run_energy", "describe", "paper_runs", "energy_table", "largest_run", "reading"]
 
 POWERCAP = Path("/sys/class/powercap")
 CPUINFO = Path("/proc/cpuinfo")
@@ -404,11 +405,30 @@ def paper_runs() -> dict:
 def energy_table(paper: dict, here: dict | None = None) -> str:
     """Markdown: the paper's runs (estimated) and, if given, a run here (``run`` names it),
     measured or estimated and said which (:func:`describe`)."""
-    lines = ["| run | hours | energy kWh | J per trained shower | kind |", "|---|---|---|---|---|"]
-    for name, r in paper["runs"].items():
-        lines.append(f"| {name} | {r['hours']:.2f} | {r['kwh']:.1f} | {r['joule_per_shower']:.2f} "
-                     f"| estimated from vendor TDPs |")
+    rows = [[name, f"{r['hours']:.2f}", f"{r['kwh']:.1f}", f"{r['joule_per_shower']:.2f}",
+             "estimated from vendor TDPs"] for name, r in paper["runs"].items()]
     if here:
-        lines.append(f"| this machine, {here.get('run', 'largest run')} | - | - | "
-                     f"{here['joule_per_shower']:.2f} | {describe(here)} |")
-    return "\n".join(lines)
+        rows.append([f"this machine, {here.get('run', 'largest run')}", "-", "-",
+                     f"{here['joule_per_shower']:.2f}", describe(here)])
+    return console.table(rows, ["run", "hours", "energy kWh", "J per trained shower", "kind"])
+
+
+def largest_run(scale: dict) -> dict:
+    """:func:`run_energy` of a scaling result's largest run, named by its workers, cores and
+    batch (the row "this machine, ..." of :func:`energy_table`)."""
+    point = max(scale["points"], key=lambda q: q["workers"])
+    return {"run": f"{point['workers']} workers, {point['workers'] * point['threads_per_worker']} "
+                   f"cores, batch {point['batch_per_worker']}", **run_energy(scale)}
+
+
+def reading(here: dict, paper: dict) -> str:
+    """Markdown: how this machine's energy was got (``here``: :func:`largest_run`), and the
+    energy the paper's serial evaluation spends on idle GPUs (``paper``: :func:`paper_runs`)."""
+    serial = paper["runs"]["12 GPUs, serial evaluation (paper)"]
+    return (f"This machine's row is {describe(here)}"
+            + (f", over {here['seconds']:.1f} s of timed steps. " if here["kind"] == "measured" else
+               f"; not measured because {here['reason']}. ")
+            + "The paper's rows are estimates. At 12 GPUs the serial evaluation leaves 11 GPUs "
+            f"idling for {100 * paper['serial_fraction']:.1f} % of the 1-GPU time: "
+            f"{serial['eval_idle_kwh']:.2f} kWh of a run, which a distributed evaluation saves "
+            "along with the time.")

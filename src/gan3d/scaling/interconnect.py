@@ -37,7 +37,8 @@ from ..parallel import netns
 from . import perfmodel
 
 __all__ = ["SIZES", "link_check", "allreduce_times", "study", "model_table", "gradient_env",
-           "gradient_times", "fusion_study", "fusion_table", "calibrated"]
+           "gradient_times", "fusion_study", "fusion_table", "calibrated", "reading",
+           "fusion_section"]
 
 log = console.get_logger(__name__)
 SIZES = tuple(4 * 4**k for k in range(3, 13))  # 256 B .. 64 MiB
@@ -232,14 +233,13 @@ def calibrated(calibration: dict | None, ranks: int) -> tuple[float, float | Non
 
 def fusion_table(result: dict) -> str:
     """Markdown: per network and gradient set, fusion on against off."""
-    lines = ["| network | gradients | tensors | MB | fused ms (model) | one message per tensor ms "
-             "| each extra message ms | fusion saves |", "|---|---|---|---|---|---|---|---|"]
-    for r in result["rows"]:
-        lines.append(f"| {r['profile']} | {r['net']} | {r['tensors']} | {r['bytes'] / 1e6:.2f} | "
-                     f"{r['fused_s'] * 1e3:.1f} ({r['model_fused_s'] * 1e3:.1f}) | "
-                     f"{r['unfused_s'] * 1e3:.1f} | {r['per_message_s'] * 1e3:.2f} | "
-                     f"{1 - r['fused_s'] / r['unfused_s']:.0%} |")
-    return "\n".join(lines)
+    rows = [[r["profile"], r["net"], r["tensors"], f"{r['bytes'] / 1e6:.2f}",
+             f"{r['fused_s'] * 1e3:.1f} ({r['model_fused_s'] * 1e3:.1f})",
+             f"{r['unfused_s'] * 1e3:.1f}", f"{r['per_message_s'] * 1e3:.2f}",
+             f"{1 - r['fused_s'] / r['unfused_s']:.0%}"] for r in result["rows"]]
+    return console.table(rows, ["network", "gradients", "tensors", "MB", "fused ms (model)",
+                                "one message per tensor ms", "each extra message ms",
+                                "fusion saves"])
 
 
 def allreduce_times(net: "netns.Network", sizes: Sequence[int] = SIZES, repeats: int = 10,
@@ -323,22 +323,45 @@ def _with_model(result: dict) -> dict:
 def model_table(result: dict) -> str:
     """Markdown: per network, the measured link and the model's error per message size."""
     sizes = [s for s in result["sizes"] if s >= 2**16]
-    head = ("| network | ranks | link GB/s | latency us | "
-            + " | ".join(f"{_size(s)} meas. / model (err)" for s in sizes) + " |")
-    lines = [head, "|---" * (len(sizes) + 4) + "|"]
+    rows = []
     for r in result["rows"]:
         link = min(r["links"], key=lambda x: x["bandwidth_Bps"])
         name = r["profile"] + (f" + one {r['slow_link']} link" if r["slow_link"] else "")
         name += " (calibration)" if r.get("calibration_row") else ""
         cells = [f"{r['time_s'][str(s)] * 1e3:.2f} / {r['predicted_s'][str(s)] * 1e3:.2f} ms "
                  f"({r['rel_error'][str(s)]:+.0%})" for s in sizes]
-        lines.append(f"| {name} | {r['ranks']} | {link['bandwidth_Bps'] / 1e9:.3g} | "
-                     f"{link['latency_s'] * 1e6:.0f} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        rows.append([name, r["ranks"], f"{link['bandwidth_Bps'] / 1e9:.3g}",
+                     f"{link['latency_s'] * 1e6:.0f}", *cells])
+    return console.table(rows, ["network", "ranks", "link GB/s", "latency us",
+                                *(f"{_size(s)} meas. / model (err)" for s in sizes)])
 
 
 def _size(n: int) -> str:
     return f"{n // 2**20} MiB" if n >= 2**20 else f"{n // 1024} KiB"
+
+
+def reading(result: dict) -> str:
+    """Markdown: when and where a committed :func:`study` was measured, and how far the model
+    is from the 1 GbE measurements from 4 MiB on."""
+    prov = result["provenance"]
+    shaped = [r for r in result["rows"] if r["shaped_Bps"][-1]]
+    worst = max(abs(e) for r in shaped if r["profile"] == "1gbe"
+                for k, e in r["rel_error"].items() if int(k) >= 4 * 2**20)
+    return (f"Measured on {prov['time_utc'][:10]} (gan3d {prov['gan3d']}, {result['cores']} cores; "
+            "netem for added delay "
+            f"{'available' if result['netem'] else 'not in this kernel: native latency kept'}). "
+            f"Reading: on 1 GbE the link sets the pace and the model is within {100 * worst:.0f} % "
+            "from 4 MiB on (below, Horovod's coordination, which the model adds whole, overlaps "
+            "the transfer); on faster links the ranks' CPUs (Gloo reduces on the host) cap the "
+            "ring, which the endpoint term captures; more ranks than cores (4 on 2) add CPU "
+            "contention.")
+
+
+def fusion_section(result: dict) -> str:
+    """Markdown: the tensor-fusion measurement (:func:`fusion_study`) introduced, then its table."""
+    return ("**Tensor fusion**, one of the all-reduce choices the paper's Sect. 7 asks about: the "
+            "3DGAN's gradients of one update, each tensor its own message against Horovod's "
+            "fusion buffer (measured; model in brackets):\n\n" + fusion_table(result))
 
 
 def main(argv: Sequence[str]) -> int:  # pragma: no cover - run in the namespaces

@@ -18,7 +18,8 @@ from ..parallel import netns
 from . import perfmodel
 from .interconnect import calibrated, link_check
 
-__all__ = ["step_study", "step_table", "projection", "projection_table"]
+__all__ = ["step_study", "step_table", "projection", "projection_table", "steps_section",
+           "projection_section", "network_sections"]
 
 
 def step_study(cfg, profiles: Sequence[str] = ("native", "10gbe", "1gbe"), workers: int = 2,
@@ -65,15 +66,13 @@ def step_study(cfg, profiles: Sequence[str] = ("native", "10gbe", "1gbe"), worke
 
 def step_table(result: dict) -> str:
     """Markdown: the 3DGAN step per network, measured against the model."""
-    lines = ["| network | link GB/s | step s (measured) | model s | error | all-reduces (model) "
-             "| showers/s |", "|---|---|---|---|---|---|---|"]
-    for r in result["rows"]:
-        lines.append(f"| {r['profile']}{' (base)' if r['profile'] == result['base'] else ''} | "
-                     f"{r['link']['bandwidth_Bps'] / 1e9:.3g} | {r['step_s']:.3f} | "
-                     f"{r['predicted_s']:.3f} | {r['rel_error']:+.1%} | "
-                     f"{r['model_comm_s'] * 1e3:.1f} ms ({r['comm_share_model']:.1%}) | "
-                     f"{r['showers_per_s']:.2f} |")
-    return "\n".join(lines)
+    rows = [[r["profile"] + (" (base)" if r["profile"] == result["base"] else ""),
+             f"{r['link']['bandwidth_Bps'] / 1e9:.3g}", f"{r['step_s']:.3f}",
+             f"{r['predicted_s']:.3f}", f"{r['rel_error']:+.1%}",
+             f"{r['model_comm_s'] * 1e3:.1f} ms ({r['comm_share_model']:.1%})",
+             f"{r['showers_per_s']:.2f}"] for r in result["rows"]]
+    return console.table(rows, ["network", "link GB/s", "step s (measured)", "model s", "error",
+                                "all-reduces (model)", "showers/s"])
 
 
 def projection(batches: Sequence[int] = (8, 64, 512), share: float = 0.1,
@@ -104,10 +103,44 @@ def projection(batches: Sequence[int] = (8, 64, 512), share: float = 0.1,
 
 def projection_table(result: dict) -> str:
     """Markdown: per network and batch, the workers at which the all-reduce reaches the share."""
-    head = "| network between nodes | " + " | ".join(f"batch {b}" for b in result["batches"]) + " |"
-    lines = [head, "|---" * (len(result["batches"]) + 1) + "|"]
-    for r in result["rows"]:
-        cells = [f"{w:,}" if w else "> 10^7" for w in r["workers"].values()]
-        lines.append(f"| {netns.PROFILES[r['profile']].name} ({r['bandwidth_Bps'] / 1e9:.3g} GB/s, "
-                     f"{r['latency_s'] * 1e6:.0f} us) | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    rows = [[f"{netns.PROFILES[r['profile']].name} ({r['bandwidth_Bps'] / 1e9:.3g} GB/s, "
+             f"{r['latency_s'] * 1e6:.0f} us)",
+             *(f"{w:,}" if w else "> 10^7" for w in r["workers"].values())]
+            for r in result["rows"]]
+    return console.table(rows, ["network between nodes",
+                                *(f"batch {b}" for b in result["batches"])])
+
+
+def steps_section(result: dict) -> str:
+    """Markdown: the whole 3DGAN step measured over each emulated network (:func:`step_study`),
+    introduced, then :func:`step_table`."""
+    return (f"**The whole 3DGAN step** on {result['workers']} computing ranks, one per namespace, "
+            "over each network (`gan3d scale --network PROFILE`, Horovod over MPI/TCP, batch "
+            f"{result['config']['batch_size']} per rank; measured), against the model: the step on "
+            "the unshaped network plus what the ring model says the step's all-reduces take longer "
+            "on the slower link (no overlap assumed):\n\n" + step_table(result))
+
+
+def projection_section(result: dict) -> str:
+    """Markdown: where each network stops scaling (:func:`projection`), introduced, then
+    :func:`projection_table`."""
+    return ("**Where each network stops scaling** (model): the paper's GPUs (4 per node on "
+            "NVLink), nodes joined by each network, the worker count at which the all-reduce "
+            f"reaches {100 * result['share']:g} % of a step, per batch per worker (the paper's is "
+            "512). Small batches reach it within a handful of nodes on Ethernet:\n\n"
+            + projection_table(result))
+
+
+def network_sections(result: dict) -> list[str]:
+    """What notebook 03 shows of a committed interconnect study (``studies/network.json``), one
+    Markdown block each: the model against the measurements per network
+    (:func:`gan3d.scaling.interconnect.model_table`) and its reading, tensor fusion and the whole
+    step per network where measured."""
+    from . import interconnect
+
+    out = [interconnect.model_table(result), interconnect.reading(result)]
+    if "fusion" in result:
+        out.append(interconnect.fusion_section(result["fusion"]))
+    if "steps" in result:
+        out.append(steps_section(result["steps"]))
+    return out

@@ -243,6 +243,15 @@ def amdahl_speedup(p, serial: float, train_efficiency: float = 1.0):
     return 1.0 / (serial + (1.0 - serial) / (p * train_efficiency))
 
 
+def fit_serial_fraction(workers: Sequence[float], speedups: Sequence[float]) -> float:
+    """The serial fraction s of Amdahl's law, 1/S = s + (1 - s)/N, fitted by least squares in
+    1/S to measured ``speedups`` at ``workers`` (one worker's point, S = 1, is left out: it says
+    nothing about s)."""
+    n, s = np.asarray(workers, float), np.asarray(speedups, float)
+    n, s = n[n > 1], s[n > 1]
+    return float(np.sum((1 / s - 1 / n) * (1 - 1 / n)) / np.sum((1 - 1 / n) ** 2))
+
+
 def serial_fraction(speedup: float, p: float, train_efficiency: float = 1.0) -> float:
     """Invert :func:`amdahl_speedup`: the serial fraction that gives ``speedup`` on ``p`` workers."""
     q = 1.0 / (p * train_efficiency)

@@ -38,7 +38,10 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["PASSES", "ceilings", "step_passes", "step_precision", "profile_step", "profile_table"]
+from .. import console
+
+__all__ = ["PASSES", "ceilings", "step_passes", "step_precision", "profile_step", "profile_table",
+           "reading"]
 
 # pass name -> (input gradient, weight gradient)
 PASSES = {"fwd": (False, False), "in": (True, False), "w": (False, True), "both": (True, True)}
@@ -300,14 +303,28 @@ def profile_table(profile: dict, top: int | None = None) -> str:
     roof, s = profile["ceilings"], profile["step"]
     lines = [f"batch {profile['batch']}, {profile['precision']}, {roof['threads']} thread(s): "
              f"matmul {roof['peak_gflop_s']:.0f} GFLOP/s, memory {roof['bandwidth_gb_s']:.1f} GB/s",
-             "", "| layer | passes | GFLOP | MB | FLOP/B | ms | limit ms | bound | GFLOP/s | "
-             "of limit |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['net']} {r['layer']} | {r['passes']} | {r['flops'] / 1e9:.2f} | "
-                     f"{r['bytes'] / 1e6:.0f} | {r['intensity']:.1f} | {r['time_s'] * 1e3:.0f} | "
-                     f"{r['limit_s'] * 1e3:.0f} | {r['bound']} | {r['gflop_s']:.1f} | "
-                     f"{r['of_limit']:.0%} |")
+             "", console.table(
+                 [[f"{r['net']} {r['layer']}", r["passes"], f"{r['flops'] / 1e9:.2f}",
+                   f"{r['bytes'] / 1e6:.0f}", f"{r['intensity']:.1f}", f"{r['time_s'] * 1e3:.0f}",
+                   f"{r['limit_s'] * 1e3:.0f}", r["bound"], f"{r['gflop_s']:.1f}",
+                   f"{r['of_limit']:.0%}"] for r in rows],
+                 ["layer", "passes", "GFLOP", "MB", "FLOP/B", "ms", "limit ms", "bound",
+                  "GFLOP/s", "of limit"])]
     lines += ["", f"step: measured {s['measured_s']:.3f} s, its layers {s['layers_s']:.3f} s, "
                   f"outside the layers {s['outside_layers_s']:.3f} s; limit {s['limit_s']:.3f} s "
                   f"= {s['of_limit']:.0%} of the measured step"]
     return "\n".join(lines)
+
+
+def reading(profile: dict) -> str:
+    """Markdown: how close the step comes to its limit on this machine, the memory-bound layers
+    and their share of the layers' time, and what lies outside the layers."""
+    s = profile["step"]
+    mem = [r for r in profile["layers"] if r["bound"] == "memory"]
+    mem_share = sum(r["time_s"] for r in mem) / s["layers_s"]
+    return (f"Reading: the step reaches **{100 * s['of_limit']:.0f} %** of its limit on this "
+            f"machine ({s['limit_s']:.2f} s of {s['measured_s']:.2f} s). {len(mem)} of "
+            f"{len(profile['layers'])} layers are memory-bound by their arithmetic intensity and "
+            f"take {100 * mem_share:.0f} % of the layers' time; "
+            f"{max(0.0, s['outside_layers_s']):.2f} s per step lie outside the layers (losses, "
+            "all-reduce calls, optimiser updates, dispatch).")

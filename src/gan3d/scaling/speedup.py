@@ -1,5 +1,5 @@
 """Speed-up arithmetic on recorded results: the overall-time study, the model against measurement,
-the paper's numbers, and the headline summary of notebook 03.
+the paper's numbers, and the headline summary of notebook 03, with what the notebook says of them.
 
 Pure functions of the JSON results written by :mod:`gan3d.scaling.experiments` and
 ``bench/bench_allreduce.py`` (no TensorFlow, no MPI), so that figures and checks are cheap to redo.
@@ -10,10 +10,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Sequence
 
+from .. import console
 from . import perfmodel as pm
 
 __all__ = ["analyse_overall", "overall_table", "calibrated_hardware", "model_check", "paper_check",
-           "summary"]
+           "summary", "paper_model", "step_model", "step_allreduce", "bench_lines", "bench_reading",
+           "check_lines",
+           "model_reading", "overall_reading", "crossover_lines", "crossover_reading",
+           "headline_lines"]
 
 
 def analyse_overall(runs: dict, workers: Sequence[int]) -> dict:
@@ -57,12 +61,12 @@ def analyse_overall(runs: dict, workers: Sequence[int]) -> dict:
 
 def overall_table(analysis: dict) -> str:
     """The overall-time result as a markdown table (times in seconds per epoch)."""
-    lines = ["| workers | evaluation | s/epoch | train s | eval s | speed-up | efficiency | "
-             "training-only efficiency |", "|---|---|---|---|---|---|---|---|"]
-    for r in analysis["rows"]:
-        lines.append(f"| {r['workers']} | {r['eval_mode']} | {r['epoch_s']:.2f} | {r['train_s']:.2f} "
-                     f"| {r['eval_s']:.2f} | {r['speedup']:.2f}x | {100 * r['efficiency']:.1f} % "
-                     f"| {100 * r['train_efficiency']:.1f} % |")
+    lines = [console.table(
+        [[r["workers"], r["eval_mode"], f"{r['epoch_s']:.2f}", f"{r['train_s']:.2f}",
+          f"{r['eval_s']:.2f}", f"{r['speedup']:.2f}x", f"{100 * r['efficiency']:.1f} %",
+          f"{100 * r['train_efficiency']:.1f} %"] for r in analysis["rows"]],
+        ["workers", "evaluation", "s/epoch", "train s", "eval s", "speed-up", "efficiency",
+         "training-only efficiency"])]
     p = analysis["paper"]
     lines += ["", f"Serial fraction measured here (1 worker): "
               f"{100 * analysis['serial_fraction_measured']:.1f} %."]
@@ -137,6 +141,21 @@ def paper_check(wl: pm.Workload | None = None) -> dict:
     }
 
 
+def step_model(batch: float, wl: pm.Workload, hw: pm.Hardware, workers: int = 2) -> dict:
+    """The model's step on ``workers`` workers at ``batch`` per worker: seconds of computation,
+    of waiting for the slowest worker and of all-reduce (what a step breakdown is drawn against)."""
+    st = pm.step_time(workers, batch, wl, hw)
+    return {"compute_s": st.compute, "wait_s": st.wait, "comm_s": st.comm}
+
+
+def paper_model(paper: dict | None = None) -> tuple[pm.Workload, pm.Hardware]:
+    """The 3DGAN's workload and the paper's hardware with the per-step jitter inferred from its
+    published efficiency (``paper``: a :func:`paper_check`, computed if not given)."""
+    paper = paper or paper_check()
+    wl = pm.threedgan_workload()
+    return wl, dataclasses.replace(pm.paper_hardware(wl), jitter=paper["jitter_cv_inferred"])
+
+
 def summary(scale: dict, bench: dict, tl: dict, overall: dict, wl: pm.Workload,
             batches: Sequence[int] = (1, 8, 64, 512)) -> dict:
     """Headline numbers of the scaling study (``scaling_summary.json`` of notebook 03).
@@ -147,8 +166,7 @@ def summary(scale: dict, bench: dict, tl: dict, overall: dict, wl: pm.Workload,
     check = model_check(scale, bench, wl)
     two = next((c for c in check if c["workers"] == 2), None)
     paper = paper_check()
-    wlp = pm.threedgan_workload()
-    hwp = dataclasses.replace(pm.paper_hardware(wlp), jitter=paper["jitter_cv_inferred"])
+    wlp, hwp = paper_model(paper)
     per = {c["workers"]: c for c in overall["analysis"]["per_workers"]}
     o2 = per.get(2)
     return {
@@ -184,3 +202,115 @@ def summary(scale: dict, bench: dict, tl: dict, overall: dict, wl: pm.Workload,
             "distributed_within_3_points": abs(o2["efficiency_gap_distributed_points"]) <= 3.0},
         "crossover_workers_model": {str(b): pm.crossover_workers(b, wlp, hwp) for b in batches},
     }
+
+
+# ---------------------------------------------------------------------------------------------
+# What notebook 03 says of these numbers
+
+
+def step_allreduce(bench: dict, wl: pm.Workload, *, overhead: bool = True) -> float:
+    """Seconds of one step's gradient all-reduces on 2 workers by the ring model fitted to the
+    MPI benchmark (``bench``), with Horovod's per-call overhead or the transfer alone."""
+    fit = bench["fit"]["mpi"]
+    link = pm.Link(fit["bandwidth_Bps"], fit["latency_s"])
+    extra = bench["horovod_overhead_s"] if overhead else 0.0
+    return sum(pm.allreduce_time(n, 2, link, extra) for n in wl.allreduce_bytes)
+
+
+def bench_lines(bench: dict, wl: pm.Workload) -> str:
+    """The all-reduce benchmark's numbers: the computation's rate alone and shared (where the
+    benchmark measured it), the MPI link, Horovod's overhead and one step's gradients."""
+    fit, lines = bench["fit"]["mpi"], []
+    c = bench.get("compute")  # absent in benchmark files of older versions
+    if c:
+        lines.append(f"The step's computation per worker: {c['alone_flops'] / 1e9:.1f} GFLOP/s "
+                     f"alone, {c['together_flops'] / 1e9:.1f} GFLOP/s with both workers busy "
+                     f"(x{c['shared_factor']:.2f}).")
+    lines.append(f"MPI: {fit['bandwidth_Bps'] / 1e9:.2f} GB/s, {1e6 * fit['latency_s']:.0f} us per "
+                 f"hop; Horovod adds {1e3 * bench['horovod_overhead_s']:.1f} ms per call. One "
+                 f"step's gradients (2 x D + 2 x G): {step_allreduce(bench, wl) * 1e3:.1f} ms on 2 "
+                 "workers.")
+    return "\n".join(lines)
+
+
+def bench_reading(bench: dict, wl: pm.Workload) -> str:
+    """Markdown: what a step's gradient all-reduces take here, and how much of it is Horovod's
+    coordination against the MPI transfer."""
+    per_step, copy = step_allreduce(bench, wl), step_allreduce(bench, wl, overhead=False)
+    share = 1 - copy / per_step if per_step > 0 else 0.0
+    return (f"Reading: the gradients of a step ({sum(wl.allreduce_bytes) / 1e6:.1f} MB in "
+            f"{len(wl.allreduce_bytes)} all-reduces) take {1e3 * per_step:.1f} ms here, "
+            f"{100 * share:.0f} % of it Horovod's coordination and {100 * (1 - share):.0f} % the "
+            "MPI transfer itself (model fitted to the measurements above).")
+
+
+def check_lines(check: Sequence[dict]) -> str:
+    """Per worker count of :func:`model_check`: the step measured against the model."""
+    return "\n".join(f"{c['workers']} worker(s): measured {c['measured_s']:.3f} s/step, model "
+                     f"{c['predicted_s']:.3f} s/step ({100 * c['rel_error']:+.1f} %)"
+                     + (" [oversubscribed]" if c["oversubscribed"] else "") for c in check)
+
+
+def model_reading(check: Sequence[dict], paper: dict) -> str:
+    """Markdown: the model's 2-worker prediction against the measurement (``check``: a
+    :func:`model_check`), and what it says of the paper's 12 GPUs (``paper``: a
+    :func:`paper_check`)."""
+    wl = pm.threedgan_workload()
+    st12 = pm.step_time(12, pm.PAPER["batch"], wl, pm.paper_hardware(wl))
+    two = next((c for c in check if c["workers"] == 2), None)
+    verdict = ("no 2-worker measurement to check it against" if two is None else
+               f"its 2-worker prediction is {100 * two['rel_error']:+.1f} % off the measurement "
+               f"({'within' if abs(two['rel_error']) <= 0.10 else 'OUTSIDE'} the 10 % it should "
+               "meet)")
+    return ("Reading: the model is calibrated on the 1-worker run and the benchmark only "
+            "(all-reduce, and how much of its speed a worker keeps when both cores compute at "
+            f"once); {verdict}. With the paper's hardware the model puts communication at "
+            f"{100 * st12.comm / st12.total:.2f} % of a {st12.total:.1f}-second step at 12 GPUs, "
+            f"and reaches {100 * paper['model_efficiency_12']:.2f} % from computation and "
+            "all-reduce alone against the published 98.9 %: a per-step jitter of "
+            f"{100 * paper['jitter_cv_inferred']:.2f} % (inferred) accounts for the difference, "
+            "i.e. waiting for the slowest GPU, not NVLink or InfiniBand.")
+
+
+def overall_reading(analysis: dict) -> str:
+    """Markdown: the overall time by Amdahl's law, with the serial fraction measured here and
+    the paper's fitted one (``analysis``: an :func:`analyse_overall`)."""
+    pp = analysis["paper"]
+    return (f"Reading: with serial evaluation every worker waits while one evaluates, Amdahl's law "
+            f"with the serial fraction measured here, "
+            f"{100 * analysis['serial_fraction_measured']:.1f} % of the 1-worker epoch. The "
+            f"paper's {pp['published_speedup']:.2f}× at 12 GPUs follows from the same law with "
+            f"{100 * pp['serial_fraction_fitted']:.2f} % (fitted); evaluating on every worker "
+            f"(`train.eval_mode=distributed`) gives {pp['model_speedup_distributed']:.2f}× in the "
+            "model.")
+
+
+def crossover_lines(cross: dict) -> str:
+    """Per batch (``cross``: batch -> :func:`gan3d.scaling.perfmodel.crossover_workers`): the
+    workers from which the all-reduce takes as long as the computation."""
+    return "\n".join(f"batch {b:4d} per worker: all-reduce as long as computation from "
+                     f"{p if p else 'beyond 10 million'} workers (paper hardware, ring)"
+                     for b, p in cross.items())
+
+
+def crossover_reading(cross: dict) -> str:
+    """Markdown: why communication takes over first at small batches, per batch of ``cross``."""
+    return ("Reading: the all-reduce time grows with the number of workers (its latency term) "
+            "while the computation per step shrinks with the per-worker batch, so communication "
+            "takes over first at small batches: "
+            + ", ".join(f"batch {b} from {p if p else '> 10^7'} workers" for b, p in cross.items())
+            + " (model).")
+
+
+def headline_lines(result: dict) -> str:
+    """The checks of a :func:`summary`: the model against the 2-worker measurement and, where
+    measured, the efficiency lost to serial and to distributed evaluation."""
+    here, o = result["model_here"], result["overall_measured"] or {}
+    lines = [f"model vs measured, 2 workers: {here['predicted_step_2_s']} s vs "
+             f"{here['measured_step_2_s']} s (within 10 %: {here['within_10_percent']})"]
+    if o:
+        lines.append(f"overall, 2 workers: serial evaluation loses "
+                     f"{o['efficiency_gap_serial_points']:.1f} points of efficiency, distributed "
+                     f"{o['efficiency_gap_distributed_points']:.1f} (within 3: "
+                     f"{o['distributed_within_3_points']})")
+    return "\n".join(lines)

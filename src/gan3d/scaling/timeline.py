@@ -27,7 +27,7 @@ import numpy as np
 
 from ..exceptions import Gan3dError
 
-__all__ = ["load", "collectives", "period", "breakdown"]
+__all__ = ["load", "collectives", "period", "breakdown", "breakdown_line", "breakdown_reading"]
 
 _DTYPE_BYTES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int32": 4, "int64": 8,
                 "uint8": 1, "int8": 1, "bool": 1}
@@ -279,3 +279,25 @@ def _tiles(colls: list[dict], idx: list[int], rank: int, prev: float) -> list[tu
         out += [("compute", prev, ready), ("wait", ready, all_ready), ("comm", all_ready, end)]
         prev = end
     return out
+
+
+def breakdown_line(result: dict) -> str:
+    """A recorded step breakdown (``result``: :func:`gan3d.scaling.experiments.record_timeline`)
+    in one line: all-reduces per step and the shares of computation, waiting and all-reduce."""
+    m = result["mean"]
+    return (f"{result['collectives_per_step']} all-reduces per step; computation "
+            f"{100 * m['compute_fraction']:.1f} %, waiting {100 * m['wait_fraction']:.1f} %, "
+            f"all-reduce {100 * m['comm_fraction']:.2f} % of {m['step_s']:.2f} s")
+
+
+def breakdown_reading(result: dict) -> str:
+    """Markdown: whether training is compute-bound here (all-reduce under 10 % of a step), as in
+    the paper's profile."""
+    m = result["mean"]
+    bound = m["comm_fraction"] < 0.10
+    return (f"Reading: the all-reduce takes {100 * m['comm_fraction']:.1f} % of a step, so "
+            "training is " + ("**compute-bound** here, as in the paper's nvprof profile" if bound
+                              else "**not** compute-bound here, unlike in the paper's nvprof "
+                              "profile")
+            + f"; the step is {100 * m['compute_fraction']:.1f} % computation and "
+            f"{100 * m['wait_fraction']:.1f} % one worker waiting for the other.")

@@ -20,7 +20,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-__all__ = ["PAPER_NODE", "read_machine", "summary", "parse_nvidia_topo", "pcie_bandwidth"]
+__all__ = ["PAPER_NODE", "read_machine", "summary", "describe", "parse_nvidia_topo",
+           "pcie_bandwidth"]
 
 _NV = "2 links,"
 # Figure 1 of the paper: an IBM Power System S822LC for HPC (8335-GTB, "Minsky"). Structure and
@@ -271,3 +272,13 @@ def summary(fabric: dict) -> dict:
             "nics": kinds.count("nic"), "numa_nodes": kinds.count("memory"),
             "cpu": next((c["label"] for c in fabric["components"] if c["kind"] == "cpu"), None),
             "memory": [c["detail"] for c in fabric["components"] if c["kind"] == "memory"]}
+
+
+def describe(counts: dict) -> str:
+    """A machine's fabric in one sentence (``counts``: a :func:`summary`), and how its workers
+    talk."""
+    return (f"This machine: {counts['sockets']} socket(s), {counts['numa_nodes']} memory node(s), "
+            f"{counts['gpus']} GPU(s), {counts['nics']} network interface(s); {counts['cpu']}. "
+            + ("All workers share one socket and talk through shared memory."
+               if counts["sockets"] == 1 and counts["gpus"] == 0 else
+               "Workers on different sockets or GPUs talk over the links drawn above."))

@@ -89,14 +89,13 @@ def sensitivity(sizes: Sequence[int] = (100, 300, 1000), trials: int = 8, seed: 
 def sensitivity_table(result: dict) -> str:
     """Markdown: per distortion, the power at each sample size and where it becomes visible."""
     sizes = result["sizes"]
-    lines = ["| distortion | feature | " + " | ".join(f"power at n = {n}" for n in sizes)
-             + " | visible from |", "|---" * (len(sizes) + 3) + "|"]
+    rows = []
     for d, f in result["features"].items():
         p = result["power"][d]
         first = result["visible_from"][d]
-        lines.append(f"| {d} | separation power of {f} (mean {result['effect'][d]:+.1%}) | "
-                     + " | ".join(f"{p.get(n, p.get(str(n))):.2f}" for n in sizes)  # JSON: str
-                     + f" | {f'n = {first}' if first else f'beyond n = {sizes[-1]}'} |")
-    lines.append(f"\nPower: share of {result['trials']} trials above the 95th percentile of "
-                 "reference against reference at the same n.")
-    return "\n".join(lines)
+        rows.append([d, f"separation power of {f} (mean {result['effect'][d]:+.1%})",
+                     *(f"{p.get(n, p.get(str(n))):.2f}" for n in sizes),  # JSON: str keys
+                     f"n = {first}" if first else f"beyond n = {sizes[-1]}"])
+    head = ["distortion", "feature", *(f"power at n = {n}" for n in sizes), "visible from"]
+    return (console.table(rows, head) + f"\n\nPower: share of {result['trials']} trials above "
+            "the 95th percentile of reference against reference at the same n.")

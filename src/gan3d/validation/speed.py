@@ -40,14 +40,11 @@ PUBLISHED_SPEED: list[dict] = [{
 
 def speed_table(speed: dict) -> str:
     """A Markdown table of :func:`inference_speed` output, the published estimate last."""
-    lines = ["| source | precision | batch | showers/s |", "|---|---|---|---|"]
-    for r in speed["rows"]:
-        lines.append(f"| {r['source']} | {r['precision']} | {r['batch_size']} | "
-                     f"{r['showers_per_s']:.3g} |")
-    for p in speed.get("published", []):
-        if p.get("showers_per_s"):
-            lines.append(f"| {p['label']} | - | - | {p['showers_per_s']:.2g} |")
-    return "\n".join(lines)
+    rows = [[r["source"], r["precision"], r["batch_size"], f"{r['showers_per_s']:.3g}"]
+            for r in speed["rows"]]
+    rows += [[p["label"], "-", "-", f"{p['showers_per_s']:.2g}"]
+             for p in speed.get("published", []) if p.get("showers_per_s")]
+    return console.table(rows, ["source", "precision", "batch", "showers/s"])
 
 
 def _time_calls(fn, n_calls: int) -> float:

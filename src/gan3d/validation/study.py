@@ -30,7 +30,9 @@ __all__ = [
     "Showers", "Summary", "Validation", "bin_keys", "energy_sets", "reference_pair", "summarise",
     "compare", "load_networks", "newest_checkpoint", "checkpoint_record", "generator_record",
     "validate", "distortion_check", "headline", "metric_value", "metrics_table",
-    "resolution_table",
+    "targets_table", "resolution_table", "settings_line", "CHECK_METRICS", "check_cases",
+    "check_reading", "resolution_lines", "train_showers", "paper_train_showers", "headline_lines",
+    "closing_note",
 ]
 
 
@@ -339,15 +341,24 @@ def metrics_table(result: dict, names=("auc_high", "fpd", "three_dgan", "sep:sam
     """A Markdown table of ``names`` (see :func:`metric_value`) for every generator and for the
     independent reference sample ("ideal" at this sample size), one column per bin key."""
     keys = result["bins"]
-    lines = ["| source | metric | " + " | ".join(keys) + " |",
-             "|---|---|" + "---|" * len(keys)]
-    rows = [("reference (2nd sample)", result["reference"])]
-    rows += [(lab, g["bins"]) for lab, g in result["generators"].items()]
-    for name in names:
-        for lab, per_bin in rows:
-            cells = [f"{metric_value(per_bin[k], name):.3g}" for k in keys]
-            lines.append(f"| {lab} | {name} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    samples = [("reference (2nd sample)", result["reference"])]
+    samples += [(lab, g["bins"]) for lab, g in result["generators"].items()]
+    rows = [[lab, name, *(f"{metric_value(per_bin[k], name):.3g}" for k in keys)]
+            for name in names for lab, per_bin in samples]
+    return console.table(rows, ["source", "metric", *keys])
+
+
+def targets_table(result: dict) -> str:
+    """Markdown: per energy, each physics monitor's GAN value against the reference's and whether
+    its target is met, then how many (energy, target) pairs are met (``result``: a
+    :func:`gan3d.validation.monitors.compare` result, e.g. a shipped generator's final monitors)."""
+    from .monitors import TARGETS
+
+    rows = [[f"{e} GeV", *(f"{row[n]['value']:.4g} vs {row[n]['reference']:.4g} "
+                           + ("**met**" if row[n]["met"] else "missed") for n in TARGETS),
+             f"{row['profile_distance']:.3f}"] for e, row in result["per_energy"].items()]
+    return (console.table(rows, ["energy", *TARGETS, "longitudinal profile distance"])
+            + f"\n\n{result['targets_met']} of {result['targets']} (energy, target) pairs met.")
 
 
 def resolution_table(per_bin: Mapping[str, Mapping]) -> dict[str, dict]:
@@ -370,3 +381,114 @@ def resolution_table(per_bin: Mapping[str, Mapping]) -> dict[str, dict]:
             row["fit"] = physics.resolution_fit(np.asarray(row["energy"])[ok],
                                         np.asarray(row["resolution"])[ok], np.asarray(row["n"])[ok])
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# What notebook 04 says of its numbers
+
+
+def settings_line(cfg: Config) -> str:
+    """One line on the validation settings of ``cfg``: sample size, energy bins, reference."""
+    v = cfg.validation
+    return (f"profile {cfg.profile}: {v.n_showers} showers per sample, bins "
+            f"{list(v.energy_bins)} GeV +- {v.bin_halfwidth} GeV, reference: {cfg.data.source}")
+
+
+# The validator check's metrics, by the name its figure gives them.
+CHECK_METRICS = {"S(sampling fraction)": "sep:sampling_fraction", "S(x variance)": "sep:x_var",
+                 "S(z barycentre)": "sep:z_mean", "AUC": "auc_high", "FPD": "fpd"}
+# The distortion of the validator check that each separation power should flag.
+_MEANT = {"sampling x1.05": "S(sampling fraction)", "20% wider": "S(x variance)",
+          "1 layer deeper": "S(z barycentre)"}
+
+
+def check_cases(check: Mapping[str, dict]) -> dict[str, dict[str, float]]:
+    """Per case of a :func:`distortion_check`, the values of :data:`CHECK_METRICS`."""
+    return {name: {k: metric_value(m, v) for k, v in CHECK_METRICS.items()}
+            for name, m in check.items()}
+
+
+def check_reading(check: Mapping[str, dict], n_showers: int) -> str:
+    """Markdown: which metric flags which distortion of a :func:`distortion_check` of
+    ``n_showers`` showers, against the second reference sample, and the noise floor."""
+    cases = check_cases(check)
+    ref = cases["reference"]
+    lines = []
+    for case, metric in _MEANT.items():
+        ratio = cases[case][metric] / max(ref[metric], 1e-12)
+        lines.append(f"*{case}*: {metric} {cases[case][metric]:.3g} against {ref[metric]:.3g} for "
+                     f"the second reference sample (x{ratio:.0f}); AUC {cases[case]['AUC']:.2f}")
+    fpd = check["reference"]["fpd"]
+    return ("Reading: " + "; ".join(lines) + f". The two reference samples score AUC "
+            f"{ref['AUC']:.2f} and FPD {fpd['value']:.3g} ± {fpd['error']:.2g}, the noise floor at "
+            f"{n_showers} showers: `metrics.json` carries every error next to its value.")
+
+
+def resolution_lines(table: Mapping[str, dict]) -> str:
+    """One line per sample of a :func:`resolution_table`: the resolution per energy bin with its
+    error, and the fit a/sqrt(E) (+) b where there is one."""
+    out = []
+    for lab, row in table.items():
+        cells = ", ".join(f"{e:g} GeV {100 * r:.2f} ± {100 * s:.2f} %" for e, r, s in
+                          zip(row["energy"], row["resolution"], row["error"]))
+        fit = row.get("fit")
+        out.append(f"{lab:>45}: {cells}"
+                   + (f"; fit {fit['a']:.3f}/sqrt(E) (+) {fit['b']:.4f}" if fit else ""))
+    return "\n".join(out)
+
+
+def train_showers(cfg: Config) -> int | None:
+    """The showers a worker trains on in ``cfg``'s training (None where an epoch is the whole
+    training set, ``train.steps_per_epoch`` 0)."""
+    t = cfg.train
+    return t.epochs * t.steps_per_epoch * t.batch_size if t.steps_per_epoch else None
+
+
+def paper_train_showers() -> int:
+    """The showers the paper's training saw: its epochs over its training set."""
+    from ..config import resolve
+
+    paper = resolve("paper")
+    return paper.train.epochs * int(paper.data.n_showers * (1 - paper.data.test_fraction))
+
+
+def headline_lines(head: Mapping[str, dict], cfg: Config) -> str:
+    """Per sample of a :func:`headline`: AUC, FPD, 3DGAN's metric and the sampling fraction's
+    separation power; then the training showers against the paper's."""
+    lines = [f"{lab:>24}: AUC {v['auc_high']:.3f}, FPD {v['fpd']:.3g} +- {v['fpd_error']:.2g}, "
+             f"3DGAN metric {v['three_dgan']:.3g}, S(sampling fraction) "
+             f"{v['sep:sampling_fraction']:.3f}" for lab, v in head.items()]
+    seen = train_showers(cfg)
+    if seen:
+        from ..config import resolve
+
+        epochs, paper_seen = resolve("paper").train.epochs, paper_train_showers()
+        lines.append(f"training in profile {cfg.profile!r}: {seen} showers per worker; the paper "
+                     f"profile: {paper_seen:,} ({epochs} epochs of {paper_seen // epochs:,})")
+    return "\n".join(lines)
+
+
+def closing_note(head: Mapping[str, dict], cfg: Config) -> str:
+    """Markdown: per generator of a :func:`headline`, whether it is told apart from the
+    reference (AUC > 0.6, or FPD beyond 3 errors of the reference's), its training budget
+    against the paper's, and what a meaningful comparison of 1 and N workers needs."""
+    ref = head["reference (2nd sample)"]
+    gens = {lab: v for lab, v in head.items() if lab != "reference (2nd sample)"}
+    far = {lab: v["auc_high"] > 0.6 or v["fpd"] - v["fpd_error"] > ref["fpd"] + 3 * ref["fpd_error"]
+           for lab, v in gens.items()}
+    verdict = "; ".join(
+        f"**{lab}**: AUC {v['auc_high']:.2f} (reference {ref['auc_high']:.2f}), FPD {v['fpd']:.3g} "
+        f"± {v['fpd_error']:.2g} (reference {ref['fpd']:.3g} ± {ref['fpd_error']:.2g}) - "
+        + ("told apart from the reference" if far[lab] else "close to the reference's noise floor")
+        for lab, v in gens.items())
+    seen = train_showers(cfg)
+    budget = f"{seen:,} showers per worker" if seen else "its whole training set each epoch"
+    return (f"**Closing note.** {verdict}. These generators trained on {budget} (profile "
+            f"`{cfg.profile}`); the paper's trained on {paper_train_showers():,}. "
+            + ("A generator told apart from the reference at this budget says nothing against "
+               "distributed training: the 1-worker and N-worker generators can only be compared "
+               "with each other here. " if any(far.values()) else "")
+            + "A meaningful comparison of 1 and N workers needs the `paper` profile (40 epochs "
+            "over 180,000 showers, per-worker batch 512: 20 h 16 min on one P100 GPU, 2 h 14 min "
+            "on 12 in the paper) and several thousand showers per bin, as the reference's noise "
+            "floor falls like 1/N.")

@@ -33,10 +33,11 @@ from typing import Sequence
 
 import numpy as np
 
+from .. import console
 from .monitors import MONITOR_ENERGIES, TARGETS
 
 __all__ = ["GOAL_TARGETS", "RESOLUTION_RATIO", "WINDOW", "BLOCK", "HORIZON", "series", "estimate",
-           "lr_changes", "at_current_lr", "showers_to_goal", "need", "table"]
+           "lr_changes", "at_current_lr", "showers_to_goal", "need", "table", "section"]
 
 GOAL_TARGETS = 18  # of 20 (energy, target) pairs
 RESOLUTION_RATIO = 1.5  # the generator's energy resolution over the reference's, every energy
@@ -170,10 +171,10 @@ def table(runs: dict[str, dict[str, dict]], budget: int | None = None) -> str:
     what = {"targets_met": f"targets met (goal >= {GOAL_TARGETS} of 20)",
             "resolution": f"resolution: worst energy's spread deviation / {RESOLUTION_RATIO - 1:g}"}
     what |= {n: f"{n}: worst energy's deviation / {tol:g}" for n, (_, tol) in TARGETS.items()}
-    head = ["| run | quantity | now (last 3 epochs) | goal | trend per doubling of showers | "
-            "epochs fitted | showers to goal, estimated [90 % interval] |"
-            + (f" within {budget:,}? |" if budget else ""), "|---" * (7 + bool(budget)) + "|"]
-    lines = head
+    head = ["run", "quantity", "now (last 3 epochs)", "goal", "trend per doubling of showers",
+            "epochs fitted", "showers to goal, estimated [90 % interval]"]
+    head += [f"within {budget:,}?"] if budget else []
+    rows = []
     for run, quantities in runs.items():
         for name, r in quantities.items():
             kind = _kind(r, name)
@@ -183,6 +184,15 @@ def table(runs: dict[str, dict[str, dict]], budget: int | None = None) -> str:
                 f"{r['exponent'] * np.log(2):+.2f}" if name == "targets_met"
                 else f"x {2 ** r['exponent']:.2f}")
             goal = f">= {r['goal']:g}" if name == "targets_met" else f"<= {r['goal']:g}"
-            lines.append(f"| {run} | {what[name]} | {r['now']:.3g} | {goal} | {trend} | "
-                         f"{r['epochs']} | {need(r, name)} |" + (f" {within} |" if budget else ""))
-    return "\n".join(lines)
+            rows.append([run, what[name], f"{r['now']:.3g}", goal, trend, r["epochs"],
+                         need(r, name)] + ([within] if budget else []))
+    return console.table(rows, head)
+
+
+def section(runs: dict[str, dict[str, dict]], budget: int | None = None) -> str:
+    """Markdown: how the estimates of :func:`table` are made, then the table."""
+    return ("**Estimated**: the showers each run's trend would need to reach each goal - a power "
+            "law (the targets met: a line in log showers) fitted to the monitors of the later half "
+            "of its epochs, those at its current learning rate only (64 showers per energy), 90 % "
+            "interval by a block bootstrap over epochs (`gan3d.validation.trend`). A planning "
+            "number, not a measurement.\n\n" + table(runs, budget=budget))

@@ -114,23 +114,17 @@ def _cpu_model() -> str:
     return cpu_model() or platform.machine()
 
 
-def _cell(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
 def summary_line(data: dict) -> str:
     c = data["counts"]
     return (f"{len(data['claims'])} claims: " + ", ".join(f"{c[v]} {v}" for v in VERDICTS))
 
 
 def _table(rows: list[dict]) -> list[str]:
-    lines = ["| claim | source | paper | this run | kind | tolerance | verdict |",
-             "|---|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| **{r['id']}**: {_cell(r['statement'])} | {_cell(r['source'])} | "
-                     f"{_cell(r['paper'])} | {_cell(r['value'])} | {r['kind']} | "
-                     f"{_cell(r['tolerance'])} | **{r['verdict']}** |")
-    return lines
+    """The claims as one Markdown table (its cells' pipes escaped, line breaks as spaces)."""
+    return [console.table(
+        [[f"**{r['id']}**: {r['statement']}", str(r["source"]), str(r["paper"]), str(r["value"]),
+          str(r["kind"]), str(r["tolerance"]), f"**{r['verdict']}**"] for r in rows],
+        ["claim", "source", "paper", "this run", "kind", "tolerance", "verdict"])]
 
 
 def markdown(data: dict) -> str:
