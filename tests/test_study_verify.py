@@ -226,5 +226,5 @@ def test_verify_code_keeps_a_study_current_only_for_code_that_trains_every_kind_
     assert "both runs of this checkout alike: its code trains otherwise" in str(err.value)
     assert "checks" not in study.load(out)  # nothing recorded for a check that failed
     out.write_text(json.dumps(_results("0123456789abcdef")))
-    with pytest.raises(StudyCodeDiffers, match="the study was made by 0123456789abcdef"):
+    with pytest.raises(StudyCodeDiffers, match="the study's runs were made by 0123456789abcdef"):
         study.verify(cfg, ref, showers=32, allow_dirty=True)

@@ -446,7 +446,8 @@ class _Signalled(KeyboardInterrupt):
 
 def _signals_unwind() -> None:
     """SIGTERM and SIGHUP end this command as Ctrl-C does (exit 128 + the signal's number),
-    so that what it was writing is removed rather than left as a temporary file."""
+    so that what it was writing is removed rather than left as a temporary file. A signal the
+    process was started to ignore (``nohup``'s SIGHUP) stays ignored."""
     import signal
     import threading
 
@@ -455,7 +456,8 @@ def _signals_unwind() -> None:
 
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGHUP):
-            signal.signal(sig, unwind)
+            if signal.getsignal(sig) is not signal.SIG_IGN:
+                signal.signal(sig, unwind)
 
 
 def _bounded_interrupt(command: str, running: dict, grace: float = 30.0) -> None:

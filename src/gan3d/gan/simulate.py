@@ -149,8 +149,9 @@ def _attributes(path: Path, spec: str, seed: int, precision: str) -> dict:
             "provenance": json.dumps(provenance(), default=str)}
 
 
-# The least a GAN shower takes in the file (gzip level 1): a bound below the measured 2.9 and 4.4
-# kB of the shipped generators at 10-500 GeV, so a write refused for space would surely not fit.
+# The least a GAN shower takes in the file (gzip level 1): below what every shipped generator's
+# showers take at 10-500 GeV (tests/test_simulate.py checks it), so a write refused for space
+# would surely not have fitted.
 MIN_BYTES_PER_SHOWER = 2_000
 
 
