@@ -233,6 +233,20 @@ def _export_parser(sub) -> None:
                     help="showers per monitor energy of its final monitors")
 
 
+def _verify_args(p: argparse.ArgumentParser, kinds: str) -> None:
+    """A study's behavioural check of this checkout's training code (gan3d.convergence.verify)."""
+    p.add_argument("--verify-code", metavar="COMMIT|DIR",
+                   help="show that this checkout's training code makes the study's numbers: short "
+                        "runs of every kind the study holds, trained with it and with the package "
+                        "that made the study (a commit of this repository, or a folder holding a "
+                        "copy), equal bit for bit; then the runs stay current and this checkout "
+                        "may add runs")
+    p.add_argument("--kinds", metavar="K,K", help="with --verify-code: check these kinds of run "
+                   f"({kinds}) instead of the study's own")
+    p.add_argument("--showers", type=int, default=256,
+                   help="with --verify-code: showers of each short run")
+
+
 def _study_parser(sub) -> None:
     st = sub.add_parser("study", help="the convergence study: N workers against one over seeds, "
                         "local SGD, learning-rate rules (resumable; --profile study: the full one)")
@@ -241,15 +255,7 @@ def _study_parser(sub) -> None:
     st.add_argument("--max-runs", type=int, help="stop after this many runs (continue later)")
     st.add_argument("--restart", action="store_true", help="forget the results file's runs first")
     st.add_argument("--status", action="store_true", help="say how far the study is; run nothing")
-    st.add_argument("--verify-code", metavar="COMMIT|DIR",
-                    help="show that this checkout's training code makes the study's numbers: "
-                         "train short runs of every kind the study holds with it and with the "
-                         "package that made the study (a commit of this repository, or a folder "
-                         "holding a copy); if all are identical bit for bit, the runs stay current")
-    st.add_argument("--kinds", metavar="K,K", help="with --verify-code: check these kinds of run "
-                    "(1w, allreduce, local-sgd, warmup, bfloat16) instead of the study's own")
-    st.add_argument("--showers", type=int, default=256,
-                    help="with --verify-code: showers of each short run (default 256)")
+    _verify_args(st, "1w, allreduce, local-sgd, warmup, bfloat16")
     st.add_argument("--allow-dirty", action="store_true",
                     help="write into studies/ (or, with --verify-code, check) from a tree with "
                          "uncommitted changes; the file is then marked clean: false")
@@ -294,14 +300,7 @@ def _warm_parser(sub) -> None:
                    help="then add seeds (up to 10) until the first candidate decides K of its 8 "
                         "quantities")
     w.add_argument("--status", action="store_true", help="say how far the study is; run nothing")
-    w.add_argument("--verify-code", metavar="COMMIT|DIR",
-                   help="show that this checkout's training code makes the study's numbers (short "
-                        "forked runs of every kind it holds, with this checkout and with the "
-                        "package that made it, equal bit for bit); then this checkout may add runs")
-    w.add_argument("--kinds", metavar="K,K", help="with --verify-code: check these kinds of run "
-                   "(1w, allreduce, local-sgd, bfloat16) instead of the study's own")
-    w.add_argument("--showers", type=int, default=256,
-                   help="with --verify-code: showers of each short run (default 256)")
+    _verify_args(w, "1w, allreduce, local-sgd, bfloat16")
     w.add_argument("--allow-dirty", action="store_true", help="write into studies/ from a tree "
                    "with uncommitted changes (marked clean: false)")
 
