@@ -439,3 +439,32 @@ def test_results_of_another_layout_are_inconclusive_not_a_crash(tmp_path):
     assert row["verdict"] == "inconclusive" and "KeyError" in row["needs"]
     assert "results/scaling/scaling_summary.json does not hold" in row["needs"]
     assert _by_id(data)["reference-generator"]["verdict"] != "inconclusive"
+
+
+def test_the_lr_rule_claim_names_the_rule_that_holds_at_2_and_at_4_workers(tmp_path):
+    """Blocks count from 5 seeds; a rule holds where it is reproduced at every worker count;
+    every rule failing somewhere is not reproduced."""
+    root = _root(tmp_path)
+
+    def block(name, verdicts, n=5):
+        return [{**_paired(v, diff=0.2 if v == "different" else 0.0), "candidate": name,
+                 "monitor": f"q{i}", "n": n} for i, v in enumerate(verdicts)]
+
+    good, bad = ["equivalent"] * 8, ["different"] * 2 + ["equivalent"] * 6
+    body = {"kind": "warm_start", "schema": 1, "provenance": {"commit": None, "clean": None},
+            "parent": {"showers_seen": 41600}, "warm": {"showers": 8192}, "runs": {},
+            "verdicts": block("2w-sqrt", good) + block("4w-sqrt", good, n=4)
+            + block("2w-linear", bad)}
+    _write(root, "studies/warm_start.json", body)
+    row = _by_id(claims.ledger(root))["lr-rule"]
+    assert row["verdict"] == "inconclusive" and "4w-sqrt" in row["needs"]
+    assert "lr x sqrt(N): 2w 8 eq / 0 diff at 5 seeds: reproduced, 4w 4 of 5 seeds" in row["value"]
+    assert "2w-linear," not in row["needs"]  # a rule that failed needs no more blocks
+    body["verdicts"] = block("2w-sqrt", good) + block("4w-sqrt", good) + block("2w-linear", bad)
+    _write(root, "studies/warm_start.json", body)
+    row = _by_id(claims.ledger(root))["lr-rule"]
+    assert row["verdict"] == "reproduced" and row["value"].startswith("holds: lr x sqrt(N) (")
+    body["verdicts"] = (block("2w-sqrt", good) + block("4w-sqrt", bad) + block("2w-linear", bad)
+                        + block("2w-none", bad) + block("4w-linear-wu1", bad))
+    _write(root, "studies/warm_start.json", body)
+    assert _by_id(claims.ledger(root))["lr-rule"]["verdict"] == "not reproduced"

@@ -41,6 +41,9 @@ def test_learning_rate_scaling_and_warmup():
     assert training.learning_rate(sqrt, 4, 0.0) == pytest.approx(2e-3)  # lr x sqrt(workers)
     assert training.learning_rate(sqrt.replace(**{"train.lr_warmup_epochs": 2}), 4, 1.0) == \
         pytest.approx(1.5e-3)
+    # lr_rule none is scale_lr false: the lr stays, with or without a warm-up
+    none = cfg.replace(**{"train.lr_rule": "none", "train.lr_warmup_epochs": 2})
+    assert training.learning_rate(none, 4, 1.0) == training.learning_rate(none, 4, 9.0) == 1e-3
 
 
 def test_paper_loss_weights_are_one_override_away():

@@ -25,9 +25,35 @@ def test_configuration_names_say_workers_rule_k_and_precision():
                                           "precision": "float32"}
     assert warmstart.parse("2w-linear-k16")["sync_every"] == 16
     assert warmstart.parse("1w-bf16")["precision"] == "bfloat16"
-    for bad in ("2workers", "1w-linear", "2w-k0", "0w", "1w-k4"):
+    assert warmstart.parse("2w-sqrt")["rule"] == "sqrt"
+    assert warmstart.parse("4w-linear-wu1") == {"workers": 4, "rule": "linear", "sync_every": 1,
+                                                "precision": "float32", "warmup": 1}
+    for bad in ("2workers", "1w-linear", "2w-k0", "0w", "1w-k4", "1w-wu1", "2w-none-wu1",
+                "2w-linear-wu0", "2w-wu"):
         with pytest.raises(ConfigError, match="warm.configs"):
             warmstart.parse(bad)
+
+
+def test_a_rule_sets_the_lr_of_every_step_and_a_warm_up_ramps_from_the_fork():
+    """lr x N, lr x sqrt(N), lr, and lr ramped to lr x N over the fork's first evaluation
+    interval, computed here from the rules' definitions."""
+    from gan3d.gan.training import learning_rate
+
+    cfg = config.resolve("quick", {})
+    lr, per = cfg.warm.learning_rate, 1 / 1  # an evaluation interval is one epoch of the run
+    for name, workers, at_fork, after in (("4w-linear", 4, 4 * lr, 4 * lr),
+                                          ("4w-sqrt", 4, 2 * lr, 2 * lr),
+                                          ("2w-none", 2, lr, lr),
+                                          ("2w-linear-wu1", 2, lr, 2 * lr),
+                                          ("2w-sqrt-wu2", 2, lr, 2 ** 0.5 * lr)):
+        c = warmstart.run_config(cfg, warmstart.WarmRun(name, 0), _start())
+        assert c.train.workers == workers
+        assert learning_rate(c, workers, 0.0) == pytest.approx(at_fork), name
+        assert learning_rate(c, workers, 2 * per) == pytest.approx(after), name
+    half = warmstart.run_config(cfg, warmstart.WarmRun("2w-linear-wu1", 0), _start())
+    assert learning_rate(half, 2, 0.5) == pytest.approx(1.5 * lr)  # halfway up the ramp
+    assert warmstart.run_kind({"workers": 2, "warmup": 1}) == "warmup"
+    assert warmstart.run_kind({"workers": 2, "sync_every": 1}) == "allreduce"
 
 
 def test_the_plan_runs_block_by_block_each_seed_as_a_pair(monkeypatch):

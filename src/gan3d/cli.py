@@ -77,6 +77,7 @@ EXAMPLES = {
               "gan3d train --set train.epochs=5 --output results/training/try",
               "gan3d train --output results/training/try --resume",
               "gan3d train --fork-from studies/warm-start/epoch-0026.npz --epochs 30 --workers 2",
+              "gan3d train --workers 4 --lr-rule sqrt --lr-warmup-epochs 1",
               "mpirun -np 4 gan3d train --profile paper    # on a cluster (docs/cluster.md)",
               "gan3d train --backend jax --workers 2",
               "tensorboard --logdir results/training       # the scalars every run writes"],
@@ -174,6 +175,13 @@ def _train_parser(sub) -> None:
                             "precision, seed and data; epochs count on from its epoch")
     train.add_argument("--backend", choices=("horovod", "jax"),
                        help="train.backend: horovod (TensorFlow + Horovod) or jax (Keras on JAX)")
+    train.add_argument("--lr-rule", choices=("linear", "sqrt", "none"),
+                       help="train.lr_rule: the learning rate on N workers: lr x N (the paper's), "
+                            "lr x sqrt(N) or lr (figures/CLAIMS.md, lr-rule, says which trains "
+                            "like one worker)")
+    train.add_argument("--lr-warmup-epochs", type=int, metavar="E",
+                       help="train.lr_warmup_epochs: reach the rule's lr from lr over the first E "
+                            "epochs (of a fork: its first E)")
 
 
 def _scale_parser(sub) -> None:
@@ -300,7 +308,7 @@ def _warm_parser(sub) -> None:
                    help="then add seeds (up to 10) until the first candidate decides K of its 8 "
                         "quantities")
     w.add_argument("--status", action="store_true", help="say how far the study is; run nothing")
-    _verify_args(w, "1w, allreduce, local-sgd, bfloat16")
+    _verify_args(w, "1w, allreduce, local-sgd, warmup, bfloat16")
     w.add_argument("--allow-dirty", action="store_true", help="write into studies/ from a tree "
                    "with uncommitted changes (marked clean: false)")
 
@@ -359,7 +367,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
 def _cmd_train(args: argparse.Namespace) -> int:
     cfg = _config(args, **{"train.workers": args.workers, "train.epochs": args.epochs,
                            "train.output": args.output, "train.backend": args.backend,
-                           "train.fork_from": args.fork_from})
+                           "train.fork_from": args.fork_from, "train.lr_rule": args.lr_rule,
+                           "train.lr_warmup_epochs": args.lr_warmup_epochs})
     jax = cfg.train.backend == "jax"
     if cfg.train.workers > 1 and not in_mpi_job():
         argv = [sys.executable, "-m", "gan3d", *sys.argv[1:]]

@@ -59,8 +59,10 @@ class TrainConfig:
     learning_rate: float = 1e-3
     rho: float = 0.9
     scale_lr: bool = True  # learning rate x number of workers (Horovod practice)
-    lr_rule: Literal["linear", "sqrt"] = "linear"  # with scale_lr: lr x N or lr x sqrt(N)
-    lr_warmup_epochs: int = 0  # ramp from lr to the scaled lr over these epochs
+    # With scale_lr: lr x N (linear, the paper's), lr x sqrt(N) (sqrt) or lr (none: the same as
+    # scale_lr false); studies/warm_start.json compares the rules (the ledger's lr-rule).
+    lr_rule: Literal["linear", "sqrt", "none"] = "linear"
+    lr_warmup_epochs: int = 0  # ramp from lr to the scaled lr over these epochs (of a fork: from it)
     # Local SGD: each worker takes this many steps alone, then weights and RMSprop state are
     # averaged over workers; 1 is the paper's gradient all-reduce before every update.
     sync_every: int = 1
@@ -386,8 +388,8 @@ def parse_overrides(items: list[str] | None) -> dict[str, Any]:
 
 def lr_factor(train: TrainConfig, workers: int) -> float:
     """How much the learning rate grows with ``workers``: N (linear), sqrt(N), or 1 without
-    ``train.scale_lr``."""
-    if not train.scale_lr:
+    ``train.scale_lr`` or with ``lr_rule`` none."""
+    if not train.scale_lr or train.lr_rule == "none":
         return 1.0
     return float(workers) if train.lr_rule == "linear" else math.sqrt(workers)
 

@@ -6,8 +6,10 @@ of 1-worker training; :func:`gan3d.gan.checkpoints.fork`) and trains ``warm.show
 (all workers together) on the checkpoint's own data set, per-worker batch ``warm.batch_size``,
 base lr ``warm.learning_rate``, evaluating the physics monitors ``warm.points`` times on
 ``warm.monitor_showers`` showers per monitor energy. A configuration is named
-``<N>w[-<rule>][-k<K>][-bf16]``: N workers; the lr rule (``linear`` lr x N, ``sqrt``, ``none``);
-local SGD averaging every K steps; bfloat16 instead of float32. The first of ``warm.configs`` is
+``<N>w[-<rule>][-wu<E>][-k<K>][-bf16]``: N workers; the lr rule (``linear`` lr x N, ``sqrt`` lr x
+sqrt(N), ``none``); a warm-up from lr to the rule's lr over the run's first E of its
+``warm.points`` evaluation intervals (``-wu1``: the first 2,048 of 8,192 showers); local SGD
+averaging every K steps; bfloat16 instead of float32. The first of ``warm.configs`` is
 the reference (``1w``), every other one a candidate against it; bfloat16 configurations are
 skipped, and said so, where the CPU has no bfloat16 (:func:`gan3d.parallel.runtime.cpu_has_bf16`).
 
@@ -62,7 +64,7 @@ __all__ = ["WarmRun", "parse", "plan", "run_config", "code_hash", "run_warm", "l
            "verdicts", "also_verdicts", "ALSO", "decided", "describe", "QUANTITIES", "SUBJECT",
            "verify", "run_kind"]
 
-_NAME = re.compile(r"^(\d+)w(?:-(linear|sqrt|none))?(?:-k(\d+))?(-bf16)?$")
+_NAME = re.compile(r"^(\d+)w(?:-(linear|sqrt|none))?(?:-wu(\d+))?(?:-k(\d+))?(-bf16)?$")
 QUANTITIES = tuple(analysis.MARGINS)  # the 8 quantities compared
 DECIDED = ("equivalent", "different")
 
@@ -80,17 +82,23 @@ class WarmRun:
 
 
 def parse(config_id: str) -> dict:
-    """Workers, lr rule, local SGD k and precision of a configuration's name."""
+    """Workers, lr rule, warm-up, local SGD k and precision of a configuration's name."""
     m = _NAME.match(config_id)
     if not m:
         raise ConfigError(f"warm.configs: {config_id!r} is no configuration name; write "
-                          "<N>w[-linear|-sqrt|-none][-k<K>][-bf16], e.g. 1w, 2w-linear-k16")
-    workers, rule, k, bf16 = int(m[1]), m[2] or "linear", int(m[3] or 1), bool(m[4])
-    if workers < 1 or k < 1 or (workers == 1 and (m[2] or m[3])):
-        raise ConfigError(f"warm.configs: {config_id!r}: one worker has no lr rule or k; more "
-                          "workers need N >= 2, and k >= 1")
-    return {"workers": workers, "rule": rule, "sync_every": k,
-            "precision": "bfloat16" if bf16 else "float32"}
+                          "<N>w[-linear|-sqrt|-none][-wu<E>][-k<K>][-bf16], e.g. 1w, "
+                          "2w-sqrt, 2w-linear-wu1, 2w-linear-k16")
+    workers, rule, k, bf16 = int(m[1]), m[2] or "linear", int(m[4] or 1), bool(m[5])
+    warmup = int(m[3] or 0)
+    if workers < 1 or k < 1 or (workers == 1 and (m[2] or m[3] or m[4])):
+        raise ConfigError(f"warm.configs: {config_id!r}: one worker has no lr rule, warm-up or "
+                          "k; more workers need N >= 2, and k >= 1")
+    if m[3] is not None and (rule == "none" or warmup < 1):
+        raise ConfigError(f"warm.configs: {config_id!r}: a warm-up ramps to a scaled lr over "
+                          ">= 1 evaluation interval (-wu1 or more), under -linear or -sqrt")
+    out = {"workers": workers, "rule": rule, "sync_every": k,
+           "precision": "bfloat16" if bf16 else "float32"}
+    return {**out, "warmup": warmup} if warmup else out
 
 
 def available(config_id: str) -> bool:
@@ -145,7 +153,8 @@ def run_config(cfg: Config, run: WarmRun, start: dict | None = None) -> Config:
         "train.precision": p["precision"], "train.timing_warmup_epochs": 0,
         "train.seed": 3000 + run.seed, "train.workers": p["workers"],
         "train.scale_lr": p["rule"] != "none", "train.lr_rule": "sqrt" if p["rule"] == "sqrt"
-        else "linear", "train.lr_warmup_epochs": 0, "train.sync_every": p["sync_every"],
+        else "linear", "train.lr_warmup_epochs": p.get("warmup", 0),
+        "train.sync_every": p["sync_every"],
         "train.fork_from": start["file"], "train.data_order": "global",
         "train.output": str(resolve_path(w.workdir) / run.id),
     })
@@ -166,16 +175,19 @@ def code_hash() -> str:
 def run_kind(entry: dict) -> str:
     """The kind of run a behavioural check of this study covers ``entry`` (a results entry) by:
     ``1w``, ``allreduce`` (N workers, gradients all-reduced), ``local-sgd`` (k > 1) or
-    ``bfloat16``; every one forked from the checkpoint in the global data order."""
+    ``bfloat16``, ``warmup`` (the lr ramped over the first evaluation intervals); every one
+    forked from the checkpoint in the global data order."""
     if entry.get("precision", "float32") == "bfloat16":
         return "bfloat16"
     if entry["workers"] == 1:
         return "1w"
+    if entry.get("warmup", 0) > 0:
+        return "warmup"
     return "local-sgd" if entry.get("sync_every", 1) > 1 else "allreduce"
 
 
 _CHECKED = {"1w": "1w", "allreduce": "2w-linear", "local-sgd": "2w-linear-k16",
-            "bfloat16": "1w-bf16"}  # the configuration a check of each kind shortens
+            "warmup": "2w-linear-wu1", "bfloat16": "1w-bf16"}  # what a check of each kind shortens
 
 
 def _short(cfg: Config, kind: str, showers: int) -> tuple[Config, str]:

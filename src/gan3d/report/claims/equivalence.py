@@ -13,7 +13,7 @@ import numpy as np
 from .outcome import Evidence, MissingEvidence, Outcome, percent
 
 __all__ = ["seeds_to_decide", "decide_equivalence", "n_like_one", "bf16", "local_sgd",
-           "warm_start", "long_pair", "GOAL"]
+           "warm_start", "lr_rule", "long_pair", "GOAL", "LR_RULES", "LR_WORKERS", "LR_SEEDS"]
 
 # The physics-grade goal of a long run's generator (notebook 04, 256 showers per energy).
 GOAL = {"targets_met": 18, "worst_resolution_ratio": 1.5, "fpd": 5.0}
@@ -165,6 +165,67 @@ def warm_start(ev: Evidence) -> Outcome:
         raise MissingEvidence("studies/warm_start.json has no pair of 2-worker (lr x 2) and "
                               "1-worker runs yet", "`gan3d warm-start` makes them")
     return decide_equivalence(rows, "study", f"2 workers (lr x 2) against 1 worker, {_forked(w)}")
+
+
+# The lr-rule claim's candidates, fixed before their runs: the rule's part of a warm-start
+# configuration's name (lr x N with and without a warm-up over the first of the run's 4
+# evaluation intervals, lr x sqrt(N), the plain lr), the worker counts it must hold at, and the
+# seeds a block needs before it counts.
+LR_RULES = {"linear": "lr x N", "linear-wu1": "lr x N with a warm-up", "sqrt": "lr x sqrt(N)",
+            "none": "lr"}
+LR_WORKERS = (2, 4)
+LR_SEEDS = 5
+
+
+def lr_rule(ev: Evidence) -> Outcome:
+    """Which learning-rate rule makes N workers train like one, at 2 and at 4 workers: each
+    block ``<N>w-<rule>`` of the warm-start study (paired by seed against 1 worker) that holds
+    >= :data:`LR_SEEDS` seeds is decided by :func:`decide_equivalence` (>= 6 of 8 equivalent and
+    none different). *Reproduced* - a rule is found, and named - when one rule holds at every
+    count of :data:`LR_WORKERS`; *not reproduced* when every rule of :data:`LR_RULES` fails
+    (2 or more different) at one count or more; otherwise inconclusive, with the blocks a
+    decision needs. Fixed before the sqrt, warm-up and 4-worker runs."""
+    w = ev.json("studies/warm_start.json")
+    rows = w.get("verdicts", [])
+    decided: dict[tuple[str, int], Outcome] = {}
+    for rule in LR_RULES:
+        for n in LR_WORKERS:
+            block = [r for r in rows if r["candidate"] == f"{n}w-{rule}"]
+            if block and min(int(r.get("n") or 0) for r in block) >= LR_SEEDS:
+                decided[rule, n] = decide_equivalence(block, "study", f"{n}w-{rule}")
+
+    def said(rule: str, n: int) -> str:
+        o = decided.get((rule, n))
+        if o is None:
+            have = max((int(r.get("n") or 0) for r in rows if r["candidate"] == f"{n}w-{rule}"),
+                       default=0)
+            return f"{n}w {have} of {LR_SEEDS} seeds"
+        eq, diff, seeds = (o.numbers[k] for k in ("equivalent", "different", "seeds"))
+        return f"{n}w {eq} eq / {diff} diff at {seeds} seeds: {o.verdict}"
+
+    value = "; ".join(f"{LR_RULES[r]}: " + ", ".join(said(r, n) for n in LR_WORKERS)
+                      for r in LR_RULES)
+    holds = [r for r in LR_RULES if all(decided.get((r, n)) is not None
+                                        and decided[r, n].verdict == "reproduced"
+                                        for n in LR_WORKERS)]
+    fails = [r for r in LR_RULES if any(decided.get((r, n)) is not None
+                                        and decided[r, n].verdict == "not reproduced"
+                                        for n in LR_WORKERS)]
+    numbers = {f"{n}w-{r}": o.numbers for (r, n), o in decided.items()}
+    detail = (f"{_forked(w)}; each block against 1 worker, decided at >= {LR_SEEDS} seeds by the "
+              "rule of every 'trains like' claim" if "parent" in w else "")
+    if holds:
+        return Outcome("reproduced", "study", f"holds: {', '.join(LR_RULES[r] for r in holds)}"
+                       f" ({value})", detail, numbers=numbers)
+    if len(fails) == len(LR_RULES):
+        return Outcome("not reproduced", "study", f"no rule holds ({value})", detail,
+                       numbers=numbers)
+    open_ = [f"{n}w-{r}" for r in LR_RULES if r not in fails for n in LR_WORKERS
+             if (r, n) not in decided]
+    needs = (f"blocks with >= {LR_SEEDS} seeds of {', '.join(open_)} (`gan3d warm-start "
+             "--set warm.configs=[1w,<block>]`, studies/README.md)" if open_ else
+             "more seeds in the undecided blocks (their rows say how many)")
+    return Outcome("inconclusive", "study", value, detail, needs, numbers=numbers)
 
 
 def _trend(run: dict) -> str:

@@ -61,6 +61,12 @@ CLAIMS: tuple[Claim, ...] = (
           "quantities after 8,192 more showers from a 41,600-shower checkpoint, paired by seed",
           "-", ">= 6 of 8 equivalent and none different (2 or more different: not reproduced)",
           "studies/warm_start.json, notebook 02", NB_TRAIN, q.warm_start),
+    Claim("lr-rule", "A learning-rate rule makes N workers train like one, at 2 and at 4 "
+          "workers: which one?", "this package (the paper's rule is lr x N)", "8 physics and "
+          "loss quantities of each rule's warm-start block against 1 worker, paired by seed",
+          "-", "a rule with >= 6 of 8 equivalent and none different at 2 and at 4 workers, each "
+          "block >= 5 seeds (every rule with 2 or more different somewhere: not reproduced)",
+          "studies/warm_start.json, notebook 02", NB_TRAIN, q.lr_rule),
     Claim("bfloat16-like-float32", "bfloat16 mixed precision trains like float32.",
           "this package", "8 quantities at fixed margins (paired by seed in the warm start, "
           "TOST in the precision study)", "-",
