@@ -65,9 +65,45 @@ def test_a_damaged_newest_checkpoint_is_reported_and_the_one_before_used(tmp_pat
     path, meta, _ = checkpoints.load_latest(folder, warn=warnings.append)
     assert path.name == "epoch-0001.npz" and meta["epoch"] == 1
     assert len(warnings) == 1 and "epoch-0002.npz is damaged" in warnings[0]
+    assert "trying the checkpoint before it" in warnings[0]
     newest.write_bytes(b"")
     (folder / "epoch-0001.npz").write_bytes(b"junk")
-    assert checkpoints.load_latest(folder) is None  # nothing usable: start from scratch
+    warnings.clear()
+    assert checkpoints.load_latest(folder, warn=warnings.append) is None  # start from scratch
+    # the oldest is not said to have one before it
+    assert "no checkpoint of this run loads" in warnings[-1] and "before" in warnings[0]
+
+
+def test_a_full_disk_during_a_checkpoint_is_one_named_error_and_nothing_else(tmp_path):
+    """RLIMIT_FSIZE with SIGXFSZ ignored fails the write with EFBIG, as a full disk does: one
+    named error, the older checkpoint kept, no temporary left and nothing more on stderr (no
+    zip file complaining when it is collected)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(f"""
+        import resource, signal, sys
+        import keras
+        from gan3d import config
+        from gan3d.exceptions import OutputNotWritable
+        from gan3d.gan import checkpoints
+        cfg = config.resolve("quick", {{}})
+        small = [keras.Variable([1.0, 2.0], name="a")]
+        big = [keras.Variable(keras.ops.zeros((500_000,)), name="b")]
+        checkpoints.save_checkpoint(r"{tmp_path}", 1, small, cfg, [], 1)
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1_000_000, 1_000_000))
+        try:
+            checkpoints.save_checkpoint(r"{tmp_path}", 2, big, cfg, [], 1)
+        except OutputNotWritable as exc:
+            print("named:", exc)
+            sys.exit(3)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 3 and "file-size limit" in out.stdout, out.stdout + out.stderr
+    assert "Traceback" not in out.stderr and "Exception ignored" not in out.stderr, out.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["epoch-0001.npz"]
 
 
 def test_resuming_with_another_worker_count_is_refused_saying_what_would_change(tmp_path,

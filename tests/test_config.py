@@ -103,3 +103,20 @@ def test_replace_goes_through_validation():
     assert cfg.replace(**{"train.workers": 3}).train.workers == 3
     with pytest.raises(ConfigError):
         cfg.replace(**{"train.workers": 0})
+
+
+@pytest.mark.parametrize("override, key", [
+    ("train.loss_weights=[.nan,0.1,0.1]", "train.loss_weights"),
+    ("train.learning_rate=.inf", "train.learning_rate"),
+    ("data.energy_max=.nan", "data.energy_max"),
+    ("train.loss_weights=[0,0,0]", "train.loss_weights"),
+    ("train.loss_weights=[-1,0.1,0.1]", "train.loss_weights"),
+    ("validation.energy_bins=[-50]", "validation.energy_bins"),
+    ("warm.learning_rate=0", "warm.learning_rate"),
+    ("study.monitor_showers=1", "study.monitor_showers"),
+])
+def test_a_value_the_code_cannot_use_is_named_before_any_work(override, key):
+    """A NaN passes every comparison, so it is refused by name, as are values out of range -
+    from the command line's YAML as from a profile."""
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        resolve("quick", parse_overrides([override]))

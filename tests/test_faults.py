@@ -171,6 +171,29 @@ def test_sigterm_to_gan3d_train_alone_stops_its_ranks(tmp_path):
     assert left == [], [" ".join(p.cmdline())[:80] for p in left]
 
 
+def test_two_trainings_into_one_folder_the_second_refuses_at_once_naming_the_first(tmp_path):
+    """The second `gan3d train` into a folder that a running one writes ends with one named
+    line naming the first's rank 0 (process and host); the first
+    trains on until it is stopped (a folder holding a finished run: tests/test_training.py)."""
+    over = _overrides(tmp_path, **{"train.epochs": 50})
+    first = _Job(LAUNCHERS["gan3d train --workers 2"](over))
+    try:
+        rank0 = first.rank_process(0)  # training: it holds the folder's lock
+        second = subprocess.run([sys.executable, "-m", "gan3d", "train", *_sets(over)],
+                                capture_output=True, text=True, timeout=300,
+                                env=runtime.mpi_environment())
+        assert first.proc.poll() is None and rank0.is_running()  # the first goes on
+        procs = first.tree()
+        first.proc.send_signal(signal.SIGTERM)  # stops its ranks (the test above)
+        first.proc.wait(timeout=60)
+        assert _gone(procs, timeout=30) == []
+    finally:
+        first.close()
+    assert second.returncode != 0, second.stdout[-2000:] + second.stderr[-2000:]
+    assert f"being written by process {rank0.pid} on " in second.stderr, second.stderr[-2000:]
+    assert "Traceback" not in second.stdout + second.stderr
+
+
 def test_an_engine_killed_mid_training_ends_train_on_engines(tmp_path):
     from gan3d.exceptions import RankFailed
     from gan3d.parallel.cluster import train_on_engines
@@ -272,12 +295,15 @@ def test_a_writer_killed_while_writing_a_checkpoint_leaves_the_last_one_and_can_
     ckpts = tmp_path / "out" / "checkpoints"
     good = (ckpts / "epoch-0001.npz").read_bytes()
     killed = _snippet(tmp_path, """
-        import numpy
-        def dying_savez(fh, **arrays):  # half a checkpoint on disk, then SIGKILL
-            fh.write(b"PK" + os.urandom(100_000))
-            fh.flush()
-            os.kill(os.getpid(), signal.SIGKILL)
-        numpy.savez = dying_savez
+        real_write = Path.write_bytes
+        def dying_write(self, data):  # a part of the checkpoint on disk, then SIGKILL
+            if self.name.startswith(".epoch-0002.tmp-"):
+                with open(self, "wb") as fh:
+                    fh.write(bytes(data)[:100_000])
+                    fh.flush()
+                os.kill(os.getpid(), signal.SIGKILL)
+            return real_write(self, data)
+        Path.write_bytes = dying_write
         training.train(cfg.replace(**{"train.epochs": 2}), resume=True)
     """)
     assert killed.returncode == -signal.SIGKILL

@@ -98,7 +98,7 @@ def test_warm_start_runs_are_current_only_where_a_check_covered_their_kind():
     for kind in warmstart.SUBJECT.kinds:  # each check shortens a run of its own kind
         short, run_id = warmstart.SUBJECT.short(cfg, kind, 256)
         entry = {"workers": short.train.workers, "sync_every": short.train.sync_every,
-                 "precision": short.train.precision}
+                 "precision": short.train.precision, "warmup": short.train.lr_warmup_epochs}
         assert warmstart.run_kind(entry) == kind and short.train.fork_from
         assert short.train.data_order == "global" and short.train.epochs - 26 == 2
 

@@ -14,7 +14,7 @@ from gan3d.parallel import runtime
 from gan3d.gan import checkpoints, training
 from gan3d.gan.horovod import LOSS_NAMES, HorovodStep
 from gan3d.exceptions import (CheckpointError, ConfigError, DataFileMissing, NonFiniteLoss,
-                              OutputNotWritable)
+                              OutputBusy, OutputExists, OutputNotWritable)
 from gan3d.gan.history import HISTORY_FIELDS, read_history
 from gan3d.gan.model import load_generator
 
@@ -180,6 +180,49 @@ def test_unwritable_output_is_a_named_error(tmp_path):
     cfg = _tiny(tmp_path, **{"train.output": str(tmp_path / "a_file" / "out")})
     with pytest.raises(OutputNotWritable, match="a_file"):
         training.train(cfg)
+
+
+def test_a_folder_holding_another_run_is_refused_and_a_busy_one_names_its_holder(tmp_path):
+    """Nothing of the other run is touched; --force passes the first check, not the second: a
+    process that holds the folder's lock (here a child that took it) is named, and once that
+    process is SIGKILLed the folder is free again."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from gan3d.io import lock_run, unlock_run
+
+    out = tmp_path / "out"
+    (out / "checkpoints").mkdir(parents=True)
+    held = {out / "history.jsonl": b'{"epoch": 1}\n',
+            out / "checkpoints" / "epoch-0001.npz": b"another run's weights"}
+    for path, data in held.items():
+        path.write_bytes(data)
+    cfg = _tiny(tmp_path)
+    with pytest.raises(OutputExists, match=r"holds another run \(1 checkpoint\(s\), the newest "
+                       r"epoch-0001.npz\): --resume continues it; --force or another --output"):
+        training.train(cfg)
+    assert {p: p.read_bytes() for p in held} == held
+    assert not (out / "config.json").exists()
+
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from gan3d.io import lock_run; "
+         f"lock_run({str(out)!r}); print('held', flush=True); time.sleep(600)"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "held"
+        with pytest.raises(OutputBusy, match=f"being written by process {child.pid} on "):
+            training.train(cfg, force=True)
+        with pytest.raises(OutputBusy, match=f"process {child.pid}"):
+            training.train(cfg, resume=True)
+        assert {p: p.read_bytes() for p in held} == held
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+        child.stdout.close()
+    lock_run(out)  # the killed holder's lock went with it
+    unlock_run(out)
 
 
 def test_invalid_configs_are_named_errors():

@@ -198,10 +198,15 @@ def test_a_fork_on_two_ranks_continues_its_parent_exactly_and_warms_up_from_the_
     assert lr[1] == pytest.approx(base)  # the fork's first (and only) step: the ramp's start
 
 
-def test_missing_data_stops_every_rank_with_the_named_error(tmp_path):
+def test_missing_data_stops_every_rank_with_the_named_error(tmp_path, capfd):
+    """Each rank reports the named error in one marked line, with no traceback (a traceback is
+    for errors that are not named)."""
     bad = {"data.source": "clic", "data.path": str(tmp_path / "nowhere"),
            "train.output": str(tmp_path / "out")}
     with pytest.raises(RankFailed) as err:
-        _launch(2, tmp_path, [["bad", "train", [[[bad, False]]]]])
+        launch(2, [sys.executable, str(SCRIPT), str(tmp_path),
+                   json.dumps([["bad", "train", [[[bad, False]]]]])], timeout=900, stream=True)
     assert "DataFileMissing" in err.value.message and "nowhere" in err.value.message
+    seen = capfd.readouterr()
+    assert "FAILED: DataFileMissing" in seen.out and "Traceback" not in seen.out + seen.err
     assert not list((tmp_path / "out").glob("checkpoints/*.npz"))

@@ -169,6 +169,8 @@ def _train_parser(sub) -> None:
     train.add_argument("--epochs", type=int, help="train.epochs")
     train.add_argument("--output", help="train.output folder")
     train.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
+    train.add_argument("--force", action="store_true", help="replace the run the output folder "
+                       "holds (without it, such a folder is refused)")
     train.add_argument("--fork-from", metavar="CHECKPOINT",
                        help="train.fork_from: start a new run from this checkpoint (an "
                             "epoch-NNNN.npz or a run's folder) with this run's workers, lr rule, "
@@ -385,9 +387,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from .gan.training import train  # one loop; its backend imports TensorFlow or JAX when it runs
 
     if in_mpi_job():  # one rank of a job: any error ends the whole job at once
-        guard(train, cfg, resume=args.resume)
+        guard(train, cfg, resume=args.resume, force=args.force)
     else:
-        train(cfg, resume=args.resume)
+        train(cfg, resume=args.resume, force=args.force)
     return 0
 
 

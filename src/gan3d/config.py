@@ -266,8 +266,19 @@ def _apply(cfg: Config, overrides: Mapping[str, Any]) -> Config:
 
 
 def _check(cfg: Config) -> None:
-    """Cross-field rules: impossible values are errors that say what would be possible."""
-    d, t, s, v = cfg.data, cfg.train, cfg.scale, cfg.validation
+    """Cross-field rules: impossible values are errors that say what would be possible. First,
+    every number of every section must be finite (a NaN passes every comparison below)."""
+    for section in dataclasses.fields(cfg):
+        part = getattr(cfg, section.name)
+        if not dataclasses.is_dataclass(part):
+            continue
+        for f in dataclasses.fields(part):
+            value = getattr(part, f.name)
+            numbers = value if isinstance(value, tuple) else (value,)
+            if any(isinstance(x, float) and not math.isfinite(x) for x in numbers):
+                raise ConfigError(f"{section.name}.{f.name} = {value!r}: every number must be "
+                                  "finite (no nan or inf)")
+    d, t, s, v, w = cfg.data, cfg.train, cfg.scale, cfg.validation, cfg.warm
     rules = [
         (d.n_showers >= 2, "data.n_showers must be at least 2"),
         (d.n_files >= 2, "data.n_files must be at least 2 (files are split 90/10 into train/test)"),
@@ -279,6 +290,8 @@ def _check(cfg: Config) -> None:
         (t.epochs >= 1, "train.epochs must be at least 1"),
         (t.batch_size >= 1, "train.batch_size must be at least 1"),
         (t.learning_rate > 0, "train.learning_rate must be positive"),
+        (min(t.loss_weights) >= 0 and max(t.loss_weights) > 0,
+         "train.loss_weights must be >= 0, and not all 0 (the paper's: [2, 0.1, 0.1])"),
         (0 < t.rho < 1, "train.rho must be between 0 and 1"),
         (0 <= t.label_flip < 0.5, "train.label_flip must be in [0, 0.5)"),
         (0 < t.eval_fraction <= 1, "train.eval_fraction must be in (0, 1]"),
@@ -292,6 +305,12 @@ def _check(cfg: Config) -> None:
         (s.steps >= 1 and s.warmup_steps >= 0 and s.repeats >= 1, "scale.steps/repeats >= 1"),
         (v.n_showers >= 10, "validation.n_showers must be at least 10"),
         (v.bin_halfwidth > 0, "validation.bin_halfwidth must be positive"),
+        (bool(v.energy_bins) and min(v.energy_bins) > 0,
+         "validation.energy_bins must be positive energies (GeV)"),
+        (cfg.study.showers >= 1 and cfg.study.batch_size >= 1 and cfg.study.monitor_showers >= 2,
+         "study.showers and study.batch_size must be >= 1, study.monitor_showers >= 2"),
+        (w.learning_rate > 0 and w.batch_size >= 1 and w.monitor_showers >= 2,
+         "warm.learning_rate must be positive, warm.batch_size >= 1, warm.monitor_showers >= 2"),
         (cfg.study.seeds >= 1 and cfg.study.points >= 1, "study.seeds and study.points >= 1"),
         (all(k >= 1 for k in cfg.study.sync_every) and all(n >= 2 for n in cfg.study.lr_workers),
          "study.sync_every needs counts >= 1 and study.lr_workers counts >= 2"),

@@ -73,6 +73,10 @@ class OutputExists(Gan3dError, FileExistsError):
     """An output path a user named already holds another result (``--force`` replaces it)."""
 
 
+class OutputBusy(OutputExists):
+    """Another process is writing the folder now (it holds the folder's lock)."""
+
+
 class NonFiniteLoss(Gan3dError, FloatingPointError):
     """A training loss became NaN or infinite; the last good checkpoint is kept."""
 

@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterator, NamedTuple
@@ -31,12 +32,13 @@ from typing import Any, Iterator, NamedTuple
 import numpy as np
 
 from . import __version__
-from .exceptions import OutputExists, OutputNotWritable
+from .exceptions import OutputBusy, OutputExists, OutputNotWritable
 from .parallel.runtime import cpu_count
 
 __all__ = ["repo_root", "resolve_path", "atomic_path", "fsync_path", "remove_temporaries",
            "TMP_MARK", "write_json", "read_json", "ensure_dir", "provenance", "git_commit",
-           "git_state", "GitState", "repository_of"]
+           "git_state", "GitState", "repository_of", "check_output", "folder_lock", "lock_run",
+           "unlock_run", "check_not_busy", "RUN_LOCK"]
 
 
 def repo_root() -> Path:
@@ -163,6 +165,55 @@ def folder_lock(folder: str | os.PathLike, name: str = ".lock") -> Iterator[None
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+RUN_LOCK = ".run.lock"
+_HELD: dict[Path, Any] = {}  # the run folders this process holds, with their lock files
+
+
+def lock_run(folder: str | os.PathLike) -> Path:
+    """Take ``folder``'s exclusive lock for a run that writes into it, or raise
+    :class:`OutputBusy` at once naming the holder (process, host, since when); return the
+    folder, resolved (:func:`resolve_path`). The lock (``fcntl.flock`` on
+    ``folder/.run.lock``) lives until :func:`unlock_run` or the end of the process: a holder that
+    is killed, even by SIGKILL, frees it."""
+    import fcntl
+    import socket
+
+    folder = resolve_path(folder).resolve()
+    if folder in _HELD:
+        raise OutputBusy(f"{folder} is already written by a run of this process; wait for it "
+                         "to end, or choose another folder")
+    fh = open(ensure_dir(folder) / RUN_LOCK, "a+")
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fh.seek(0)
+        holder = fh.read().strip() or "another process"
+        fh.close()
+        raise OutputBusy(f"{folder} is being written by {holder}; wait for it to end, or "
+                         "choose another folder") from None
+    fh.seek(0)
+    fh.truncate()
+    fh.write(f"process {os.getpid()} on {socket.gethostname()} since "
+             f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+    fh.flush()
+    _HELD[folder] = fh
+    return folder
+
+
+def unlock_run(folder: str | os.PathLike) -> None:
+    """Free ``folder``'s lock if this process holds it."""
+    fh = _HELD.pop(resolve_path(folder).resolve(), None)
+    if fh is not None:
+        fh.close()  # closing the file frees the flock
+
+
+def check_not_busy(folder: str | os.PathLike) -> None:
+    """Raise :class:`OutputBusy` if a run writes ``folder`` now (for readers such as export)."""
+    if (Path(folder) / RUN_LOCK).is_file():
+        lock_run(folder)
+        unlock_run(folder)
 
 
 def fsync_path(path: str | os.PathLike) -> None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 import json
 import re
 from pathlib import Path
@@ -74,9 +75,12 @@ def save_checkpoint(folder: str | Path, epoch: int, variables: list, cfg: Config
         meta["fork"] = fork
     arrays = {f"v{i:05d}": np.asarray(v.numpy()) for i, v in enumerate(variables)}
     path = folder / f"epoch-{epoch:04d}.npz"
+    # Zipped in memory, then written in one go: a full disk fails that one write (a named
+    # error from atomic_path), not a zip file half-closed that complains again when collected.
+    buffer = io.BytesIO()
+    np.savez(buffer, meta=np.array(json.dumps(meta, default=str)), **arrays)
     with atomic_path(path) as tmp:
-        with open(tmp, "wb") as fh:
-            np.savez(fh, meta=np.array(json.dumps(meta, default=str)), **arrays)
+        tmp.write_bytes(buffer.getbuffer())
     for old in _checkpoints(folder)[:-keep]:
         old.unlink(missing_ok=True)
     return path
@@ -120,12 +124,14 @@ def load_latest(folder: str | Path, warn=None
     """The newest checkpoint of ``folder`` that loads: ``(path, meta, arrays)``, or None if there
     is none. A damaged newer one (a disk error, a copy cut short) is reported through ``warn``
     and skipped, so that a run resumes from the one before instead of not at all."""
-    for path in reversed(all_checkpoints(folder)):
+    found = all_checkpoints(folder)
+    for older, path in reversed(list(enumerate(found))):
         try:
             meta, arrays = load_checkpoint(path)
         except CheckpointError as exc:
             if warn:
-                warn(f"{exc}; using the checkpoint before it")
+                warn(f"{exc}; " + ("trying the checkpoint before it" if older else
+                                   "it was the oldest: no checkpoint of this run loads"))
             continue
         return path, meta, arrays
     return None

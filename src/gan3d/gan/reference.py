@@ -31,7 +31,7 @@ import numpy as np
 
 from .. import console
 from ..exceptions import CheckpointError
-from ..io import atomic_path, check_output, write_json
+from ..io import atomic_path, check_not_busy, check_output, write_json
 from ..validation import monitors
 from .history import read_history
 
@@ -168,7 +168,7 @@ def export(run: str | Path, folder: Path = FOLDER, *, note: str = "",
     ``epoch`` says which epoch was shipped. From a checkpoint, ``source`` names it (with its
     sha256) and ``forks`` the forks its run descends through (:func:`~.checkpoints.lineage`).
     A ``folder`` that holds another export (its ``reference.json``) is refused before any work
-    unless ``force``; a file there is refused."""
+    unless ``force``; a file there is refused; so is a ``run`` that a training writes now."""
     from .checkpoints import lineage
     from .model import generate_showers
 
@@ -177,6 +177,8 @@ def export(run: str | Path, folder: Path = FOLDER, *, note: str = "",
     run = Path(run)
     if checkpoint is None and run.is_file():
         run, checkpoint = run.parent, run
+    for place in (run, run.parent):  # a run folder, or its checkpoints/ folder
+        check_not_busy(place)  # a run still writing it: refused at once, naming the holder
     gen, disc, rows, run_config, run_provenance, ckpt = _networks(
         run, Path(checkpoint) if checkpoint else None)
     if not rows or "showers_seen" not in rows[-1]:

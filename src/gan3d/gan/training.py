@@ -64,8 +64,8 @@ from .. import console
 from ..config import Config, lr_factor, to_dict
 from ..data import files, sharding
 from ..data.generate import generate_dataset
-from ..exceptions import Gan3dError, NonFiniteLoss
-from ..io import ensure_dir, provenance, remove_temporaries, write_json
+from ..exceptions import Gan3dError, NonFiniteLoss, OutputExists
+from ..io import ensure_dir, lock_run, provenance, remove_temporaries, unlock_run, write_json
 from ..parallel import distributed
 from ..io import resolve_path
 from ..validation import monitors
@@ -163,9 +163,17 @@ def build_step(cfg: Config):
     return backend_named(cfg.train.backend).build_step(cfg)
 
 
-def _prepare_output(cfg: Config, resume: bool) -> Path:
-    """Create the output folder (an unwritable one fails here); a fresh run forgets old epochs."""
-    out = resolve_path(cfg.train.output)
+def _prepare_output(cfg: Config, resume: bool, force: bool) -> Path:
+    """Lock the output folder for this run (:func:`train` frees it) and create it (an unwritable
+    one fails here). A folder holding another run is refused unless the run resumes it or
+    ``force`` replaces it; a fresh run forgets old epochs."""
+    out = lock_run(cfg.train.output)
+    held = sorted((out / "checkpoints").glob("epoch-*.npz"))
+    if not (resume or force) and (held or (out / "history.jsonl").is_file()
+                                  or (out / "generator.keras").is_file()):
+        last = f", the newest {held[-1].name}" if held else ""
+        raise OutputExists(f"{out} holds another run ({len(held)} checkpoint(s){last}): "
+                           "--resume continues it; --force or another --output replaces it")
     ensure_dir(out)
     ensure_dir(out / "checkpoints")
     for folder in (out, out / "checkpoints"):  # what a writer killed mid-write left behind
@@ -195,13 +203,14 @@ class _SetUp:
     start: checkpoints.Start     # from scratch, a resume or a fork
 
 
-def _set_up(be, cfg: Config, workers: int, resume: bool) -> _SetUp:
+def _set_up(be, cfg: Config, workers: int, resume: bool, force: bool) -> _SetUp:
     """Rank 0: everything a user can get wrong, checked before any model is built - the settings
-    the backend refuses (``auto`` precision resolved on rank 0's device first), the output folder,
-    the data, and the checkpoint a resume or a fork starts from."""
+    the backend refuses (``auto`` precision resolved on rank 0's device first), the output folder
+    (locked for this run: a second run into it refuses at once), the data, and the checkpoint a
+    resume or a fork starts from."""
     cfg = be.resolve(cfg)
     be.check(cfg)
-    out = _prepare_output(cfg, resume)
+    out = _prepare_output(cfg, resume, force)
     train_files, test_files = data_files(cfg, workers)
     if workers != cfg.train.workers:
         _say(f"running on {workers} worker(s); train.workers = {cfg.train.workers} only tells "
@@ -214,11 +223,14 @@ def _set_up(be, cfg: Config, workers: int, resume: bool) -> _SetUp:
 # The run
 
 
-def train(cfg: Config, *, resume: bool = False) -> TrainResult:
+def train(cfg: Config, *, resume: bool = False, force: bool = False) -> TrainResult:
     """Train 3DGAN as configured, as one rank of however many were launched; see module doc.
+    ``resume`` continues the run in ``train.output``; without it a folder holding another run is
+    refused unless ``force`` replaces that run.
 
-    Raises OutputNotWritable, DataFileMissing (and the other data errors), CheckpointError or
-    ConfigError before the first step, NonFiniteLoss at the step whose loss is NaN/inf (the last
+    Raises OutputExists (OutputBusy: another run writes the folder now), OutputNotWritable,
+    DataFileMissing (and the other data errors), CheckpointError or ConfigError before the first
+    step, NonFiniteLoss at the step whose loss is NaN/inf (the last
     good checkpoint stays in place). Returns the same :class:`TrainResult` on every rank.
     """
     be = backend_named(cfg.train.backend)
@@ -226,32 +238,36 @@ def train(cfg: Config, *, resume: bool = False) -> TrainResult:
     # 1. Join the other ranks; each takes its GPU (if any) and its share of the cores.
     world = be.init()  # DISTRIBUTED: first thing, before TensorFlow or JAX runs an op
     # 2. Rank 0 checks and prepares; every rank gets its decisions, or the same error.
-    run = collective(world, lambda: _set_up(be, cfg, world.size, resume))  # DISTRIBUTED
-    cfg, out, start = run.cfg, run.output, run.start
-    # 3. The networks and their optimisers (the learning rate is scaled with the workers at
-    #    every step: learning_rate), restored on rank 0 where the run resumes or forks.
-    step = be.build_step(cfg)
-    if start.source:
-        collective(world, lambda: checkpoints.restore(step.state_variables(),  # DISTRIBUTED
-                                                      start.source))
-    # 4. Rank 0's weights and optimiser state on every rank.
-    step.broadcast_state()  # DISTRIBUTED
-    # 5. The loop: each rank its shard of the showers; every epoch trains, evaluates, monitors,
-    #    and rank 0 writes the checkpoint, the history and TensorBoard.
-    loop = _Loop(cfg, world, step, out, run.train_files, run.test_files, start)
     try:
-        epoch_times = [loop.run_epoch(epoch) for epoch in range(start.epoch, cfg.train.epochs)]
-    finally:
-        loop.close()
-    paths = collective(world, loop.export)  # DISTRIBUTED
-    return TrainResult(
-        output=str(out), history=str(out / "history.jsonl"), checkpoint=paths["checkpoint"],
-        generator=paths["generator"], discriminator=paths["discriminator"],
-        config=str(out / "config.json"), tensorboard=str(out / "tb"), workers=world.size,
-        epochs=cfg.train.epochs, resumed_from=start.epoch if start.resumed else None,
-        epoch_times=epoch_times, final=dict(loop.history[-1]) if loop.history else {},
-        forked_from=start.fork["from"] if start.fork else None,
-    )
+        run = collective(world, lambda: _set_up(be, cfg, world.size, resume, force))  # DISTRIBUTED
+        cfg, out, start = run.cfg, run.output, run.start
+        # 3. The networks and their optimisers (the learning rate is scaled with the workers at
+        #    every step: learning_rate), restored on rank 0 where the run resumes or forks.
+        step = be.build_step(cfg)
+        if start.source:
+            collective(world, lambda: checkpoints.restore(step.state_variables(),  # DISTRIBUTED
+                                                          start.source))
+        # 4. Rank 0's weights and optimiser state on every rank.
+        step.broadcast_state()  # DISTRIBUTED
+        # 5. The loop: each rank its shard of the showers; every epoch trains, evaluates, monitors,
+        #    and rank 0 writes the checkpoint, the history and TensorBoard.
+        loop = _Loop(cfg, world, step, out, run.train_files, run.test_files, start)
+        try:
+            epoch_times = [loop.run_epoch(epoch) for epoch in range(start.epoch, cfg.train.epochs)]
+        finally:
+            loop.close()
+        paths = collective(world, loop.export)  # DISTRIBUTED
+        return TrainResult(
+            output=str(out), history=str(out / "history.jsonl"), checkpoint=paths["checkpoint"],
+            generator=paths["generator"], discriminator=paths["discriminator"],
+            config=str(out / "config.json"), tensorboard=str(out / "tb"), workers=world.size,
+            epochs=cfg.train.epochs, resumed_from=start.epoch if start.resumed else None,
+            epoch_times=epoch_times, final=dict(loop.history[-1]) if loop.history else {},
+            forked_from=start.fork["from"] if start.fork else None,
+        )
+    finally:  # the folder is free for the next run, however this one ended
+        if world.is_root:
+            unlock_run(cfg.train.output)
 
 
 class _Loop:

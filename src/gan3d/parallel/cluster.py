@@ -247,7 +247,8 @@ def _shutdown(cluster, client, before: set[int], watchdog=None) -> None:
             p.kill()
 
 
-def _train_rank(cfg_dict: dict, resume: bool, coordinator: str | None = None) -> dict:
+def _train_rank(cfg_dict: dict, resume: bool, coordinator: str | None = None,
+                force: bool = False) -> dict:
     """Runs on each engine: one rank of the training, on the configured backend."""
     cfg = from_dict(cfg_dict)
     if cfg.train.backend == "jax":
@@ -258,11 +259,14 @@ def _train_rank(cfg_dict: dict, resume: bool, coordinator: str | None = None) ->
     # One loop for both backends: the JAX one sets KERAS_BACKEND=jax before keras is imported;
     # TensorFlow or JAX is imported on the engines only, not in the kernel.
     from ..gan.training import train
-    return train(cfg, resume=resume).to_dict()
+    return train(cfg, resume=resume, force=force).to_dict()
 
 
-def train_on_engines(cfg, workers: int | None = None, *, resume: bool = False) -> dict:
+def train_on_engines(cfg, workers: int | None = None, *, resume: bool = False,
+                     force: bool = False) -> dict:
     """Train on ``workers`` MPI engines (default ``cfg.train.workers``); rank 0's result dict.
+    ``resume`` and ``force`` as :func:`gan3d.gan.training.train`'s (a folder holding another run
+    is refused unless resumed or replaced).
 
     ``train.backend`` chooses Horovod or JAX; with JAX the engines of this fresh cluster join one
     ``jax.distributed`` world whose coordinator is a free port on this machine.
@@ -275,5 +279,5 @@ def train_on_engines(cfg, workers: int | None = None, *, resume: bool = False) -
 
         coordinator = free_coordinator()
     with mpi_engines(workers) as cluster:
-        results = cluster.run(_train_rank, to_dict(cfg), resume, coordinator)
+        results = cluster.run(_train_rank, to_dict(cfg), resume, coordinator, force)
     return results[0]

@@ -22,7 +22,7 @@ import traceback
 from typing import Sequence
 
 from . import runtime
-from ..exceptions import RankFailed
+from ..exceptions import Gan3dError, RankFailed
 from . import distributed
 
 __all__ = ["launch", "guard", "in_mpi_job", "exit_on_termination", "restore_handlers"]
@@ -142,7 +142,9 @@ def _failing_rank(output: str) -> tuple[int, str]:
 
 
 def guard(fn, *args, **kwargs):
-    """Run ``fn`` in a rank; on error print a marked one-line report and end this process at once.
+    """Run ``fn`` in a rank; on error print a marked one-line report and end this process at once
+    (with the traceback above it only for an error that is not one of gan3d's named errors: a
+    named error already says what to fix).
 
     Exiting with ``os._exit`` skips Horovod's shutdown, which would otherwise wait for the other
     ranks in a collective that will never complete; mpirun then stops the remaining ranks.
@@ -152,7 +154,8 @@ def guard(fn, *args, **kwargs):
     except BaseException as exc:  # noqa: BLE001 - any error must end the whole job fast
         rank = _rank_from_env()
         message = f"{type(exc).__name__}: {exc}".replace("\n", "\\n")
-        traceback.print_exc()
+        if not isinstance(exc, Gan3dError):
+            traceback.print_exc()
         sys.stderr.write(f"{_MARK}{rank}] FAILED: {message}\n")
         sys.stderr.flush()
         sys.stdout.flush()
