@@ -42,6 +42,7 @@ import datetime
 import importlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -272,7 +273,9 @@ def kind_run(cfg: Config, kind: str) -> tuple[Run, dict]:
 
 def _train(root: Path | None, config: dict, workers: int, work: Path, name: str,
            timeout: float) -> None:
-    """One short run with the package under ``root`` (None: this checkout), by its job runner."""
+    """One short run with the package under ``root`` (None: this checkout), by its job runner,
+    into a fresh ``train.output`` (an earlier check's run there is removed first)."""
+    shutil.rmtree(resolve_path(config["train"]["output"]), ignore_errors=True)
     job = {"task": "trains", "threads": max(1, runtime.cpu_count() // workers),
            "out": str(work / f"{name}.out.json"), "configs": [config]}
     write_json(work / f"{name}.job.json", job)
