@@ -75,3 +75,11 @@ def test_the_warm_start_study_is_described_and_tabled_from_its_runs():
     assert len(lines) == len(configs) - 1 + any(r["reference"] == "2w-linear" for r in rows)
     for line, c in zip(lines, configs[1:]):
         assert f"against 1 worker: {warmstart.decided(warm, c)} of {len(warmstart.QUANTITIES)}" in line
+
+
+def test_a_quick_run_without_physics_monitors_is_said_so_not_a_key_error():
+    """``train.monitor_showers: 0`` (documented as off): the reading says the run had none."""
+    off = {"epoch": 2, "showers_seen": 8}
+    assert "without physics monitors" in readings.monitors_reading(off, 2)
+    on = {**off, "mon_targets_met": 3, "mon_targets": 20}
+    assert "**3 of 20**" in readings.monitors_reading(on, 2)

@@ -98,6 +98,14 @@ class PipelineBusy(Gan3dError, RuntimeError):
     """Another ``gan3d reproduce`` runs on the same results folder; names it (pid, host, start)."""
 
 
+class ParameterError(ConfigError):
+    """A notebook parameter of the wrong type or out of range (:func:`gan3d.lab.parameters`).
+    In a notebook it shows as its one line, without a traceback: the line says what to fix."""
+
+    def _render_traceback_(self) -> list[str]:  # IPython's hook for how an error is shown
+        return [f"{type(self).__name__}: {self}"]
+
+
 class OutsideTrainedRange(ConfigError):
     """Primary energies asked of a generator outside those it was trained on (``--strict``)."""
 

@@ -89,7 +89,11 @@ def backends_table(histories: Mapping[str, Sequence[Mapping]], workers: int, jax
 
 
 def monitors_reading(row: Mapping, workers: int) -> str:
-    """Markdown: the physics-monitor targets a quick run met at its last epoch (``row``)."""
+    """Markdown: the physics-monitor targets a quick run met at its last epoch (``row``), or
+    that it had none (``train.monitor_showers: 0``)."""
+    if "mon_targets_met" not in row:
+        return (f"The quick {workers}-worker run trained without physics monitors "
+                "(`train.monitor_showers: 0`).")
     return (f"The quick {workers}-worker run after {row['showers_seen']:,} showers: "
             f"**{row['mon_targets_met']} of {row['mon_targets']}** (energy, target) pairs met.")
 
@@ -205,8 +209,9 @@ def training_summary(cfg: Config, workers: int, one: Mapping, many: Mapping,
         "jax": jax,
         "final_losses": {k: {n: rows[-1][n] for n in FINAL_LOSSES} for k, rows in histories.items()},
         "reference_showers": {"source": cfg.data.source, "energies_gev": list(shown_energies)},
-        "quick_monitors": {"showers_seen": hn["showers_seen"], "targets_met": hn["mon_targets_met"],
-                           "targets": hn["mon_targets"]},
+        "quick_monitors": {"showers_seen": hn["showers_seen"],
+                           "targets_met": hn.get("mon_targets_met"),  # None: monitors off
+                           "targets": hn.get("mon_targets")},
         "reference_generator": {"label": reference_label, "showers_seen": reference["showers_seen"],
                                 "targets_met": reference["final_monitors"]["targets_met"],
                                 "showers_needed": reference["showers_needed"]},
