@@ -92,6 +92,17 @@ def test_validate_writes_metrics_for_every_bin(small_run):
     assert set(head) == {"reference (2nd sample)", "untrained"}
 
 
+def test_a_folder_holding_another_validation_is_refused_before_any_work(small_run, checkpoint):
+    from gan3d.exceptions import OutputExists
+
+    result, _ = small_run
+    before = result.path.read_bytes()
+    with pytest.raises(OutputExists, match="metrics.json.*--force"):
+        validation.validate([checkpoint], ["again"], small_config(),
+                            results_dir=result.path.parent, low_level=False, progress=False)
+    assert result.path.read_bytes() == before
+
+
 def test_figures_show_the_summaries(small_run):
     from gan3d.plots import validation as vplots
 

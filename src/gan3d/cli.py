@@ -204,6 +204,8 @@ def _validate_parser(sub) -> None:
     val.add_argument("--labels", help="comma-separated names, one per folder (default: folder names)")
     val.add_argument("--no-low-level", action="store_true", help="skip the voxel-level classifier")
     val.add_argument("--output", help="validation.output folder")
+    val.add_argument("--force", action="store_true", help="replace the validation the output "
+                     "folder holds (its metrics.json)")
 
 
 def _simulate_parser(sub) -> None:
@@ -411,7 +413,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
     labels = args.labels.split(",") if args.labels else [Path(c).name for c in args.checkpoints]
     result = validate(args.checkpoints, labels, _config(args, **{"validation.output": args.output}),
-                      low_level=not args.no_low_level)
+                      low_level=not args.no_low_level, force=args.force)
     print(metrics_table(result.metrics))
     return 0
 

@@ -23,7 +23,7 @@ from .. import console
 from ..config import Config, to_dict
 from ..data import files, showers
 from ..exceptions import CheckpointError, ConfigError
-from ..io import provenance, resolve_path, write_json
+from ..io import check_output, provenance, resolve_path, write_json
 from . import metrics, physics
 
 __all__ = [
@@ -259,19 +259,23 @@ def _validate_bin(cfg: Config, key: str, energies, seed: int, nets: dict, result
 
 
 def validate(checkpoints: Sequence, labels: Sequence[str], cfg: Config, *,
-             results_dir=None, low_level: bool = True, progress: bool = True) -> Validation:
+             results_dir=None, low_level: bool = True, progress: bool = True,
+             force: bool = False) -> Validation:
     """Validate the generators in ``checkpoints`` (folders with ``generator.keras``, or
     ``"reference"`` for the shipped reference generator) against
     reference showers, per bin of ``cfg.validation.energy_bins`` and inclusively, with
     ``cfg.validation.n_showers`` showers per sample; write ``results_dir/metrics.json``
     (default ``cfg.validation.output``) and return the summaries and metrics.
 
-    Raises :class:`~gan3d.exceptions.CheckpointError` naming a folder without a generator, before
-    any work is done.
+    Raises :class:`~gan3d.exceptions.CheckpointError` naming a folder without a generator, and
+    :class:`~gan3d.exceptions.OutputExists` for a folder that holds another validation's
+    ``metrics.json`` (unless ``force``), before any work is done.
     """
     if len(checkpoints) != len(labels):
         raise ConfigError(f"{len(checkpoints)} checkpoints but {len(labels)} labels; give one "
                           "label per checkpoint folder")
+    out = check_output(results_dir or cfg.validation.output, folder=True, holds="metrics.json",
+                       force=force)
     nets = {lab: load_networks(c if str(c) == "reference" else resolve_path(c))
             for lab, c in zip(labels, checkpoints)}
     v = cfg.validation
@@ -288,7 +292,7 @@ def validate(checkpoints: Sequence, labels: Sequence[str], cfg: Config, *,
                       "parameters": {"checkpoints": [str(c) for c in checkpoints],
                                      "labels": list(labels), "low_level": low_level},
                       **table}
-    result.path = write_json(resolve_path(results_dir or v.output) / "metrics.json", result.metrics)
+    result.path = write_json(out / "metrics.json", result.metrics)
     return result
 
 
