@@ -222,8 +222,10 @@ def test_verify_code_keeps_a_study_current_only_for_code_that_trains_every_kind_
     differs = r"\(this checkout\) against|generator weight"
     with pytest.raises(StudyCodeDiffers, match=differs) as err:
         study.verify(cfg, drift, showers=32, kinds=["local-sgd"], allow_dirty=True)
-    # this checkout's run was trained twice, alike both times: a change of code, not noise
-    assert "both runs of this checkout alike: its code trains otherwise" in str(err.value)
+    # this checkout's run was trained twice, alike both times, and the reference's twice, alike
+    # both times: a change of code, not noise
+    assert ("both runs of this checkout alike, and a second run of the reference alike with its "
+            "first: its code trains otherwise") in str(err.value)
     assert "checks" not in study.load(out)  # nothing recorded for a check that failed
     out.write_text(json.dumps(_results("0123456789abcdef")))
     with pytest.raises(StudyCodeDiffers, match="the study's runs were made by 0123456789abcdef"):

@@ -15,8 +15,10 @@ own job runner on the same number of MPI ranks and threads. Every number of ever
 generator must be equal to the last bit. Where they differ, this checkout's run is trained once
 more: a machine's run-to-run noise (a reduction's threads adding in another order, seen as the
 last bits of one loss) does not repeat, a change of code does; so a second run equal to the
-reference passes (the check records the first difference as ``noise``), and otherwise
-:class:`StudyCodeDiffers` names the difference and the study must be rerun. Where the CPU has
+reference passes (the check records the first difference as ``noise``). Where this checkout's two
+runs are alike, the noise may have struck the reference's run: it is trained once more, and a
+second reference run equal to this checkout's passes too. Otherwise :class:`StudyCodeDiffers`
+names the difference and the study must be rerun. Where the CPU has
 bfloat16 the ``bfloat16`` kind (1 worker, the discriminator's CPU layers) can be checked too,
 against a reference that has those layers; a study of float32 runs does not need it.
 
@@ -342,16 +344,33 @@ def verify_code(cfg: Config, reference: str | Path, results: dict, *, showers: i
             _train(None, to_dict(c), workers, work, f"this-again-{kind}", timeout)
             try:
                 numbers, weights = compare_runs(again, folders["reference"])
+                noise = (f"the first run of this checkout differed ({first}); a second equalled "
+                         "the reference")
             except StudyCodeDiffers as second:
                 try:
                     compare_runs(again, folders["this"])
-                    why = "both runs of this checkout alike: its code trains otherwise"
                 except StudyCodeDiffers:
-                    why = ("and this checkout's two runs differ too: this machine does not train "
-                           "it reproducibly, so no check can decide here")
-                raise StudyCodeDiffers(f"{kind}: {second} ({why})") from None
-            noise = (f"the first run of this checkout differed ({first}); a second equalled the "
-                     "reference")
+                    raise StudyCodeDiffers(
+                        f"{kind}: {second} (and this checkout's two runs differ too: this machine "
+                        "does not train it reproducibly, so no check can decide here)") from None
+                # This checkout trains alike twice: the noise may have been the reference's
+                # run. Its second run decides: equal to this checkout's, the codes agree.
+                log.warning("verify-code: %s: this checkout's two runs are alike; training the "
+                            "reference's run again", kind)
+                ref_again = work / "reference-again" / kind
+                r = base.replace(**{"data.path": str(work / "reference" / "data"),
+                                    "train.output": str(ref_again)})
+                _train(root, reference_config(root, to_dict(r)), workers, work,
+                       f"reference-again-{kind}", timeout)
+                try:
+                    numbers, weights = compare_runs(folders["this"], ref_again)
+                except StudyCodeDiffers:
+                    raise StudyCodeDiffers(
+                        f"{kind}: {second} (both runs of this checkout alike, and a second run "
+                        "of the reference alike with its first: its code trains otherwise)"
+                    ) from None
+                noise = (f"the reference's first run differed ({first}); this checkout's two "
+                         "runs and the reference's second were equal")
         done[kind] = {"run": run_id, "workers": workers, "showers": showers,
                       "compared": f"{numbers} history numbers and {weights} generator weights",
                       "equality": "bit for bit", **({"noise": noise} if noise else {})}
