@@ -113,6 +113,19 @@ def test_the_shipped_pair_simulates_by_name_and_says_what_it_was_trained_on(tmp_
     assert ecal.shape == (4, 25, 25, 25) and 0.01 < ecal.sum(axis=(1, 2, 3)).mean() / 100 < 0.2
 
 
+def test_without_generator_simulate_takes_the_best_shipped_one_and_says_so(tmp_path):
+    from gan3d.gan import reference
+
+    run = subprocess.run([sys.executable, "-m", "gan3d", "simulate", "--n", "2", "--energies",
+                          "100", "--batch", "2", "--precision", "float32", "--output",
+                          str(tmp_path / "x.h5")], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    best = reference.best()
+    assert f"generator: {best}, the shipped one that met the most physics targets" in run.stdout
+    with h5py.File(tmp_path / "x.h5") as f:
+        assert f.attrs["generator"].endswith(f"{best}/generator.weights.h5")
+
+
 def test_an_output_that_is_a_folder_another_result_or_too_large_is_refused_first(tmp_path,
                                                                                  generator):
     with pytest.raises(OutputNotWritable, match="is a folder; name the file"):

@@ -84,7 +84,7 @@ EXAMPLES = {
     "scale": ["gan3d scale --workers 1,2 --mode strong",
               "gan3d scale --workers 1,2 --network 10gbe   # an emulated network (as root)"],
     "validate": ["gan3d validate long-1w long-2w", "gan3d validate results/training/train_1w"],
-    "simulate": ["gan3d simulate --generator long-1w --n 1000 --output showers.h5",
+    "simulate": ["gan3d simulate --n 1000 --output showers.h5   # the best shipped generator",
                  "gan3d simulate --generator long-1w --n 1000 --energies 50,100,200 "
                  "--output showers.h5",
                  "gan3d simulate --generator results/training/run --n 100 --output x.h5 --force"],
@@ -211,10 +211,12 @@ def _validate_parser(sub) -> None:
 def _simulate_parser(sub) -> None:
     sim = sub.add_parser("simulate", help="generate showers with a trained generator, written in "
                          "the CLIC HDF5 schema")
-    sim.add_argument("--generator", required=True,
+    sim.add_argument("--generator",
                      help="a training output folder (with generator.keras), a .keras file, a "
                           "folder `gan3d export` wrote, or a shipped generator's name: "
-                          "`reference`, `long-1w`, `long-2w`")
+                          "`long-1w` and `long-2w` (the long runs' pair, 227,200 showers), "
+                          "`reference` (the learning curve's, 40,000 showers) (default: the "
+                          "shipped generator that met the most physics targets)")
     sim.add_argument("--n", type=int, required=True, help="number of showers")
     sim.add_argument("--energies", default="10:500",
                      help="primary energies in GeV: LO:HI (uniform) or a list 50,100,200")
@@ -345,7 +347,15 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     _signals_unwind()
     from .gan.simulate import simulate  # imports TensorFlow
 
-    simulate(args.generator, args.n, args.output, energies=args.energies, batch=args.batch,
+    generator = args.generator
+    if generator is None:
+        from .gan import reference
+
+        generator = reference.best()
+        met = reference.info(reference.SHIPPED[generator])["final_monitors"]["targets_met"]
+        print(f"generator: {generator}, the shipped one that met the most physics targets "
+              f"({met} of 20 when exported); --generator chooses another")
+    simulate(generator, args.n, args.output, energies=args.energies, batch=args.batch,
              seed=args.seed, precision=args.precision, strict=args.strict, force=args.force)
     return 0
 

@@ -38,7 +38,7 @@ from .history import read_history
 log = console.get_logger(__name__)
 
 __all__ = ["NAME", "FOLDER", "SHIPPED", "available", "folder_of", "info", "label", "load",
-           "record", "networks_from_checkpoint", "export", "portable"]
+           "record", "networks_from_checkpoint", "export", "portable", "best"]
 
 NAME = "reference"  # what users pass where a training folder is expected
 FOLDER = Path(str(resources.files("gan3d.gan").joinpath("reference")))
@@ -46,6 +46,17 @@ FOLDER = Path(str(resources.files("gan3d.gan").joinpath("reference")))
 # the long runs' pair (studies/long-1w-bf16, studies/long-2w-bf16).
 SHIPPED = {NAME: FOLDER, "long-1w": FOLDER / "long-1w", "long-2w": FOLDER / "long-2w"}
 _G, _D, _INFO = "generator.weights.h5", "discriminator.weights.h5", "reference.json"
+
+
+def best() -> str:
+    """The shipped generator a user reaches first (``gan3d simulate``'s default): the one of
+    :data:`SHIPPED` that met the most physics targets when it was exported (its
+    ``reference.json``; ties: the one trained on more showers)."""
+    ranked = [(info(f)["final_monitors"]["targets_met"], info(f)["showers_seen"], name)
+              for name, f in SHIPPED.items() if available(f)]
+    if not ranked:
+        _check(FOLDER)  # names what is missing
+    return max(ranked)[2]
 
 
 def available(folder: Path = FOLDER) -> bool:
