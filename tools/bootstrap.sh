@@ -114,4 +114,8 @@ if missing:
 PY
 "$vpy" -m pip freeze --exclude-editable >"$venv/freeze.txt"
 echo "$key" >"$venv/.gan3d-stamp"
-say "environment ready in $(( $(date +%s) - t0 )) s"
+built=$(( $(date +%s) - t0 ))
+# what the build cost, for the README's cost line (gan3d.report.claims reads it)
+printf '{"seconds": %d, "built_utc": "%s", "cores": %d}\n' "$built" \
+    "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$(nproc)" >"$venv/gan3d-build.json"
+say "environment ready in $built s"

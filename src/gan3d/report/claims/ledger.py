@@ -89,6 +89,19 @@ def _run_info(ev: Evidence) -> dict:
         info["validation_showers"] = h.get("config", {}).get("validation", {}).get("n_showers")
     except (OSError, ValueError):
         pass
+    # What the run cost here: each notebook's seconds in the run that made its figures (the
+    # pipeline's state) and the environment's build (tools/bootstrap.sh writes it).
+    try:
+        state = json.loads((ev.results / "pipeline/state.json").read_text())
+        info["notebook_seconds"] = {nb: round(float(e["seconds"]), 1) for nb, e in state.items()
+                                    if isinstance(e, dict) and "seconds" in e}
+    except (OSError, ValueError, TypeError, KeyError):
+        pass
+    try:
+        env = json.loads((ev.root / ".venv/gan3d-build.json").read_text())
+        info["environment_seconds"] = int(env["seconds"])
+    except (OSError, ValueError, TypeError, KeyError):
+        pass
     return info
 
 
@@ -207,10 +220,33 @@ def readme_block(data: dict) -> str:
              f"`{run.get('profile') or '?'}`, {run.get('cpu') or '?'}, "
              f"{str(data['provenance'].get('time_utc', '?'))[:10]}):", ""]
     for verdict in VERDICTS:
-        ids = [f"`{r['id']}`" for r in data["claims"] if r["verdict"] == verdict]
-        if ids:
-            lines.append(f"- *{verdict}*: " + ", ".join(ids))
+        rows = [r for r in data["claims"] if r["verdict"] == verdict]
+        if rows:
+            by_kind = [f"{KIND_WORDS[k]}: " + ", ".join(f"`{r['id']}`" for r in rows
+                                                         if r["kind"] == k)
+                       for k in KIND_WORDS if any(r["kind"] == k for r in rows)]
+            lines.append(f"- *{verdict}* ({len(rows)}) - " + "; ".join(by_kind))
+    cost = run_cost(run)
+    if cost:
+        lines += ["", cost]
     return "\n".join(lines)
+
+
+# How a claim's value was obtained, as the README's tally says it.
+KIND_WORDS = {"measured": "measured here", "modelled": "modelled on the paper's hardware",
+              "study": "from a committed study", "estimated": "estimated"}
+
+
+def run_cost(run: dict) -> str:
+    """What the last run cost on its machine, from its own record (empty when not recorded)."""
+    secs = run.get("notebook_seconds") or {}
+    if not secs:
+        return ""
+    env = run.get("environment_seconds")
+    built = (f"; building the environment took {env / 60:.1f} min" if env else "")
+    return (f"What it cost: the notebooks took {sum(secs.values()) / 60:.1f} min on "
+            f"{run.get('cores') or '?'} cores of an {run.get('cpu') or '?'} "
+            f"({', '.join(f'{nb[:2]}: {s / 60:.1f}' for nb, s in secs.items())} min){built}.")
 
 
 def update_readme(path: str | Path, data: dict) -> bool:
