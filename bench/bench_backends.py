@@ -51,10 +51,23 @@ def main(argv=None) -> int:
     p.add_argument("--warmup", type=int, default=2, help="untimed steps per job (compiling)")
     p.add_argument("--repeats", type=int, default=3, help="interleaved jobs per configuration")
     p.add_argument("--output", default="results/bench/backends.json")
+    p.add_argument("--force", action="store_true",
+                    help="replace the result --output names (else an existing one is refused)")
     p.add_argument("--allow-dirty", action="store_true",
                    help="write into studies/ from a tree with uncommitted changes "
                         "(the file is then marked clean: false)")
     opts = p.parse_args(argv)
+    from gan3d.exceptions import Gan3dError
+
+    from gan3d.io import check_output
+
+    try:  # before any work: a result is never replaced silently
+
+        check_output(opts.output, force=opts.force)
+
+    except Gan3dError as exc:
+
+        p.error(str(exc))
 
     from gan3d import records
     from gan3d.parallel import runtime
