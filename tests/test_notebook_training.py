@@ -141,7 +141,7 @@ def _warm_start(figs, shown_summary, shown):
     from scipy import stats
 
     from gan3d.convergence.analysis import FINAL_POINTS, MARGINS
-    from gan3d.plots.convergence import NAMES, row_label
+    from gan3d.plots.convergence import GRID_VERDICTS, label
 
     runs = _warm_runs()
     made = {p.name for p in figs.glob("training_warm_start_*.png")}
@@ -151,15 +151,18 @@ def _warm_start(figs, shown_summary, shown):
     assert made == set(WARM)
     assert shown_summary["runs"] == sorted(runs)
     rows = shown_summary["verdicts"]
-    (forest,) = panels(figs, "training_warm_start_verdicts.png")
-    assert forest["yticks"]["labels"] == [f"{row_label(r)}: {NAMES[r['monitor']]}"
-                                          for r in rows]
+    (grid,) = panels(figs, "training_warm_start_verdicts.png")
+    pairs = list(dict.fromkeys((r["candidate"], r["reference"]) for r in rows))
+    heads = list(dict.fromkeys(r["monitor"] for r in rows))
+    assert len(grid["yticks"]["labels"]) == len(pairs)
+    assert all(t.startswith(label(c)) for t, (c, _) in zip(grid["yticks"]["labels"], pairs))
+    codes = next(s for s in grid["series"] if s["kind"] == "image")["values"]
     # every configuration against 1 worker; local SGD also against 2 workers at k = 1
     k16 = sorted({r["seed"] for r in runs.values() if r["config_id"] == "2w-linear-k16"})
     assert [r["reference"] for r in rows] == ["1w"] * (len(rows) - 8 * bool(k16)) + ["2w-linear"] * 8 * bool(k16)
     assert all(r["seeds"] == k16 for r in rows if r["candidate"] == "2w-linear-k16")
     final = lambda rid, m: np.mean([x[m] for x in runs[rid]["rows"] if x.get(m) is not None][-FINAL_POINTS:])  # noqa: E731
-    for i, r in enumerate(rows):
+    for r in rows:
         ref = r["reference"]
         d = np.array([final(f"{r['candidate']}-s{s}", r["monitor"]) - final(f"{ref}-s{s}", r["monitor"])
                       for s in r["seeds"]])
@@ -174,11 +177,11 @@ def _warm_start(figs, shown_summary, shown):
         lo, hi = stats.t.interval(0.90, len(d) - 1, loc=d.mean(), scale=stats.sem(d))
         assert (r["low"], r["high"]) == pytest.approx((lo, hi), rel=1e-6)
         assert r["verdict"] == _tost(r)
-        at_row = [s for s in series(forest, "line") if s["n"] == 2 and values(s, "y").tolist() == [i, i]]
-        assert values(at_row[0], "x") == pytest.approx([lo / r["margin"], hi / r["margin"]], rel=1e-6)
-        dots = [s for s in series(forest, "line") if s["n"] == len(d) and
-                np.allclose(values(s, "y"), i + 0.22)]
-        assert values(dots[0], "x") == pytest.approx(d / r["margin"], rel=1e-6)
+        # its cell: coloured by the verdict, the interval in margins computed here again
+        row, col = pairs.index((r["candidate"], r["reference"])), heads.index(r["monitor"])
+        assert codes[row][col] == GRID_VERDICTS.index(r["verdict"])
+        m = r["margin"]
+        assert f"{d.mean() / m:+.1f}\n[{lo / m:+.1f}, {hi / m:+.1f}]" in grid["texts"]
 
 
 def _tost(v: dict) -> str:

@@ -175,17 +175,35 @@ def test_a_description_stays_small_and_leaves_colour_bars_out():
     assert image["colorbar"] == {"label": "energy (GeV)", "limits": [0, 11]}
 
 
-def test_a_paired_row_of_one_seed_is_drawn_without_an_interval():
-    """A study under way holds rows of one seed, whose interval the JSON stores as null."""
+def test_the_verdict_grid_holds_each_comparison_as_a_line_and_each_quantity_as_a_cell():
+    """Cells coloured by verdict (the image's codes), each holding the mean difference and its
+    90 % interval in margins; a row of one seed has no interval; a comparison against another
+    reference than 1 worker names it."""
+    from gan3d.plots import description
+
     row = {"candidate": "1w-bf16", "reference": "1w", "monitor": "max_layer", "n": 1,
            "verdict": "too few seeds", "diff": 0.1, "low": None, "high": None, "margin": 0.5,
            "diffs": [0.1]}
-    two = {**row, "candidate": "2w-linear", "n": 3, "verdict": "equivalent", "low": -0.2,
+    two = {**row, "candidate": "2w-sqrt", "n": 3, "verdict": "equivalent", "low": -0.2,
            "high": 0.3, "diffs": [0.0, 0.1, 0.2]}
-    fig = cplots.paired_forest([row, two])
-    ax = fig.axes[0]
-    bars = [ln for ln in ax.lines if len(ln.get_xdata()) == 2 and ln.get_linewidth() == 2.5]
-    assert [list(b.get_xdata()) for b in bars] == [[-0.2 / 0.5, 0.3 / 0.5]]  # the 3-seed row's
+    far = {**two, "monitor": "g_loss", "verdict": "different", "diff": 1.0, "low": 0.8,
+           "high": 1.2}
+    k16 = {**two, "candidate": "2w-linear-k16", "reference": "2w-linear", "verdict": "inconclusive",
+           "low": -0.6, "high": 0.8}
+    fig = cplots.verdict_grid([row, two, far, k16])
+    (ax,) = description.describe(fig)["axes"]
+    image = next(s for s in ax["series"] if s["kind"] == "image")
+    codes = {v: cplots.GRID_VERDICTS.index(v) for v in cplots.GRID_VERDICTS}
+    blank = codes["too few seeds"]
+    assert image["values"] == [[codes["too few seeds"], blank],
+                               [codes["equivalent"], codes["different"]],
+                               [codes["inconclusive"], blank]]
+    assert ax["texts"] == ["+0.2", "+0.2\n[-0.4, +0.6]", "+2.0\n[+1.6, +2.4]",
+                           "+0.2\n[-1.2, +1.6]"]
+    assert ax["yticks"]["labels"] == [
+        "1 worker, bfloat16 (1 seeds)", "2 workers, lr x sqrt N (3 seeds)",
+        "2 workers, lr x N, local SGD k=16\nvs 2 workers, lr x N (3 seeds)"]
+    assert ax["xticks"]["labels"][:2] == ["shower\nmaximum", "G loss"]
     import matplotlib.pyplot as plt
 
     plt.close(fig)

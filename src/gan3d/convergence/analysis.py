@@ -64,7 +64,10 @@ def label(config_id: str) -> str:
     if len(parts) > 1 and parts[1] != "bf16":
         text += f", {rules.get(parts[1], parts[1])}"
     for part in parts[2:]:
-        text += f", local SGD k={part[1:]}" if part.startswith("k") else ""
+        if part.startswith("wu"):
+            text += f", warm-up {part[2:]}"
+        elif part.startswith("k"):
+            text += f", local SGD k={part[1:]}"
     return text + (", bfloat16" if config_id.endswith("-bf16") else "")
 
 

@@ -17,7 +17,7 @@ from ..convergence.analysis import label, row_label  # noqa: F401 - the figures'
 from ..records import number
 from . import LABELS, colours, panels, styled
 
-__all__ = ["monitor_bands", "verdict_forest", "paired_forest", "sync_frequency", "lr_rules"]
+__all__ = ["monitor_bands", "verdict_forest", "verdict_grid", "sync_frequency", "lr_rules"]
 
 NAMES = {
     "profile_distance": "longitudinal-profile distance",
@@ -91,18 +91,63 @@ def verdict_forest(rows: Sequence[dict], *, title: str = "", ax=None):
     return fig
 
 
+# The grid's short column heads, and its cells' colours by verdict (light, so the text reads).
+HEADS = {"sampling_fraction": "sampling\nfraction", "ecal_sum_spread": "ECAL-sum\nspread",
+         "max_layer": "shower\nmaximum", "transverse_width": "transverse\nwidth",
+         "profile_distance": "profile\ndistance", "mon_targets_met": "targets\nmet",
+         "d_loss": "D loss", "g_loss": "G loss"}
+GRID_VERDICTS = ("equivalent", "inconclusive", "different", "too few seeds")
+_CELL = {"equivalent": "#a6dba0", "inconclusive": "#e0e0e0", "different": "#f4a582",
+         "too few seeds": "#ffffff"}
+
+
 @styled
-def paired_forest(rows: Sequence[dict], *, ax=None):
-    """:func:`verdict_forest` of a paired study (:func:`gan3d.convergence.analysis.paired_tost`
-    rows), with each seed's own difference (candidate - reference of that seed) as a dot."""
-    fig = verdict_forest(rows, ax=ax, title=f"{LABELS['measured']}: paired tests, seed by seed")
-    ax = fig.axes[0]
-    for i, r in enumerate(rows):
-        d = np.asarray([number(x) for x in r.get("diffs") or []], float) / (number(r["margin"]) or np.nan)
-        if d.size:
-            ax.plot(d, np.full(d.size, i + 0.22), ".", color="0.25", ms=3.5,
-                    label="one seed's difference" if i == 0 else None)
-    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+def verdict_grid(rows: Sequence[dict], *, title: str = "", ax=None):
+    """The paired tests as a table one reads at a glance: a line per comparison (candidate
+    against its reference, with its seeds), a column per quantity; each cell coloured by its
+    verdict and holding the mean difference and its 90 % interval in units of the margin
+    (inside +-1 entirely: equivalent; outside entirely: different) (``ax``: one Axes)."""
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+
+    pairs = list(dict.fromkeys((r["candidate"], r.get("reference")) for r in rows))
+    names = list(dict.fromkeys(r["monitor"] for r in rows))
+    cell = {(r["candidate"], r.get("reference"), r["monitor"]): r for r in rows}
+    fig, ax = panels(ax, 1, 1, width=9.5, height=0.55 * max(len(pairs), 3) + 1.6)
+    codes = np.full((len(pairs), len(names)), GRID_VERDICTS.index("too few seeds"))
+    for i, (cand, ref) in enumerate(pairs):
+        for j, name in enumerate(names):
+            r = cell.get((cand, ref, name))
+            if r is None:
+                continue
+            codes[i, j] = GRID_VERDICTS.index(r["verdict"]) if r["verdict"] in GRID_VERDICTS \
+                else GRID_VERDICTS.index("too few seeds")
+            m = number(r["margin"]) or np.nan
+            lo, hi = number(r.get("low")) / m, number(r.get("high")) / m
+            text = f"{number(r['diff']) / m:+.1f}"
+            if np.isfinite(lo) and np.isfinite(hi):
+                text += f"\n[{lo:+.1f}, {hi:+.1f}]"
+            ax.text(j, i, text, ha="center", va="center", fontsize=7.5)
+    ax.imshow(codes, cmap=ListedColormap([_CELL[v] for v in GRID_VERDICTS]), vmin=-0.5,
+              vmax=len(GRID_VERDICTS) - 0.5, aspect="auto")
+    ax.set_xticks(range(len(names)), [HEADS.get(n, n) for n in names], fontsize="small")
+    ax.xaxis.tick_top()
+    seeds = {p: max((int(number(r.get("n")) or 0) for r in rows
+                     if (r["candidate"], r.get("reference")) == p), default=0) for p in pairs}
+    ax.set_yticks(range(len(pairs)), [label(c) + (f"\nvs {label(ref)}" if ref and ref != "1w"
+                                                   else "") + f" ({seeds[c, ref]} seeds)"
+                                      for c, ref in pairs], fontsize="small")
+    ax.set_xticks(np.arange(len(names) + 1) - 0.5, minor=True)
+    ax.set_yticks(np.arange(len(pairs) + 1) - 0.5, minor=True)
+    ax.grid(which="minor", color="white", lw=2)
+    ax.grid(which="major", visible=False)
+    ax.tick_params(which="both", length=0)
+    ax.legend(handles=[Patch(facecolor=_CELL[v], edgecolor="0.6", label=v)
+                       for v in GRID_VERDICTS[:3]], loc="upper center", ncol=3,
+              bbox_to_anchor=(0.5, -0.02), fontsize="small", frameon=False)
+    ax.set_title(title or f"{LABELS['measured']}: each against 1 worker unless named, paired "
+                 "by seed\nmean difference [90 % interval] in units of the margin",
+                 fontsize="medium", pad=30)
     return fig
 
 
