@@ -29,8 +29,10 @@ __all__ = ["launch", "guard", "in_mpi_job", "exit_on_termination", "restore_hand
 
 
 def in_mpi_job() -> bool:
-    """True inside a process started by mpirun, srun (PMI) or horovodrun."""
-    return any(k in os.environ for k in ("OMPI_COMM_WORLD_SIZE", "HOROVOD_SIZE", "PMI_SIZE"))
+    """True inside a process started by mpirun, horovodrun or srun: ``srun --mpi=pmix`` (Open MPI
+    5) gives its tasks PMIx's variables alone, ``--mpi=pmi2`` PMI's."""
+    return any(k in os.environ
+               for k in ("OMPI_COMM_WORLD_SIZE", "HOROVOD_SIZE", "PMIX_RANK", "PMI_SIZE"))
 
 
 def launch(np: int, argv: Sequence[str], *, timeout: float | None = None,
@@ -164,7 +166,7 @@ def guard(fn, *args, **kwargs):
 
 
 def _rank_from_env() -> int:
-    for key in ("OMPI_COMM_WORLD_RANK", "HOROVOD_RANK", "PMI_RANK"):
+    for key in ("OMPI_COMM_WORLD_RANK", "HOROVOD_RANK", "PMIX_RANK", "PMI_RANK"):
         if key in os.environ:
             return int(os.environ[key])
     return distributed.world().rank
