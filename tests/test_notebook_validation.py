@@ -179,25 +179,27 @@ def _validator_check(axes, cases):
 
 
 def _metric_overview(axes, metrics, labels):
+    from gan3d.plots.validation import METRIC_TITLES
+
     keys = ["inclusive", "100"]
     rows = [("reference (2nd sample)", metrics["reference"])] + [
         (lab, metrics["generators"][lab]["bins"]) for lab in labels[1:]]
     read = {"auc_high": lambda m: m["classifier_high"]["auc"], "fpd": lambda m: m["fpd"]["value"],
             "three_dgan": lambda m: m["three_dgan"]["total"],
             "sep:sampling_fraction": lambda m: m["separation_power"]["sampling_fraction"]}
-    assert [a["title"] for a in axes] == list(read)
-    for a in axes:
-        assert a["xticks"]["labels"] == keys and a["xlabel"] == "energy bin (GeV)"
+    assert [a["title"] for a in axes] == [METRIC_TITLES[n][0] for n in read]
+    for a, name in zip(axes, read):
+        assert a["xticks"]["labels"] == keys and a["ylabel"] == METRIC_TITLES[name][1]
         points = series(a, "errorbar")
         assert [p["label"] for p in points] == [r[0] for r in rows]
         for j, (p, (_, per_bin)) in enumerate(zip(points, rows)):
             assert values(p, "x") == pytest.approx([0.08 * j, 1 + 0.08 * j])
-            assert values(p, "y") == pytest.approx([read[a["title"]](per_bin[k]) for k in keys],
+            assert values(p, "y") == pytest.approx([read[name](per_bin[k]) for k in keys],
                                                    rel=1e-5, nan_ok=True)
-            if a["title"] == "fpd":  # 24 showers are too few for FPD: drawn as missing
+            if name == "fpd":  # 24 showers are too few for FPD: drawn as missing
                 assert all(per_bin[k]["fpd"]["note"].startswith("needs at least") for k in keys)
                 assert np.isnan(values(p, "y")).all()
-            if a["title"] == "auc_high":  # a probability
+            if name == "auc_high":  # a probability
                 assert np.all((values(p, "y") >= 0) & (values(p, "y") <= 1))
 
 

@@ -272,33 +272,47 @@ def energy_regression(reference, generators: Mapping, *, ax=None):
     return fig
 
 
+# Each metric's panel: a title that says what is measured, and its y axis.
+METRIC_TITLES = {
+    "auc_high": ("classifier on 18 high-level features", "AUC (0.5: cannot tell them apart)"),
+    "fpd": ("Frechet physics distance (FPD)", "FPD (0: same distribution)"),
+    "three_dgan": ("3DGAN metric: moments and profiles", "relative error (0: same means)"),
+    "sep:sampling_fraction": ("sampling-fraction histograms", "separation power (0: same shape)"),
+}
+
+
 @styled
 def metric_overview(result: dict, names=("auc_high", "fpd", "three_dgan", "sep:sampling_fraction"),
                     *, ax=None):
     """Each metric per energy bin for every generator, with the independent reference sample
-    as the "ideal at this sample size" baseline (grey). FPD with its error bar.
+    as the "ideal at this sample size" baseline (grey). FPD with its error bar; metrics that span
+    decades on a log axis (values of 0 and below are not drawn there).
     (``ax``: one Axes per metric.)"""
     keys = result["bins"]
     x = np.arange(len(keys))
-    fig, axes = _grid(ax, 1, len(names), width=3.4 * len(names), height=3.2)
+    cols = 2 if len(names) > 2 else len(names)  # two a row: readable at a page's width
+    rows_n = -(-len(names) // cols)
+    fig, axes = _grid(ax, rows_n, cols, width=4.6 * cols, height=3.3 * rows_n + 0.9)
     rows = [("reference (2nd sample)", result["reference"], "0.45")]
     rows += [(lab, g["bins"], _colour(i))
              for i, (lab, g) in enumerate(result["generators"].items())]
-    for ax, name in zip(axes[0], names):
-        lo, hi = 0.0, 0.0
+    for ax, name in zip(axes.ravel(), names):
         for j, (lab, per_bin, color) in enumerate(rows):
             y = np.array([metric_value(per_bin[k], name) for k in keys])
-            err = np.array([per_bin[k]["fpd"]["error"] for k in keys]) if name == "fpd" else 0 * y
-            ax.errorbar(x + 0.08 * j, y, err if name == "fpd" else None, fmt="o", color=color,
-                        capsize=2, label=lab)
-            if np.any(np.isfinite(y)):
-                lo, hi = min(lo, np.nanmin(y - err)), max(hi, np.nanmax(y + err))
+            err = np.array([per_bin[k]["fpd"]["error"] for k in keys]) if name == "fpd" else None
+            ax.errorbar(x + 0.08 * j, y, err, fmt="o", color=color, capsize=2, label=lab)
         ax.set_xticks(x, keys, rotation=45)
-        ax.set(xlabel="energy bin (GeV)", title=name)
+        title, ylabel = METRIC_TITLES.get(name, (name, name))
+        ax.set(xlabel="energy bin (GeV)" if ax in axes[-1] else "", title=title, ylabel=ylabel)
         if name in ("fpd", "three_dgan") or name.startswith("sep:"):  # values span decades
-            ax.set_yscale("symlog", linthresh=1e-3)
-            ax.set_ylim(2 * lo, 3 * hi if hi > 0 else 1.0)
-    axes[0, 0].legend()
+            ax.set_yscale("log", nonpositive="mask")
+        if name == "auc_high":
+            ax.set_ylim(0.4, 1.02)
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=min(len(labels), 3),
+               frameon=False, fontsize="small")
+    fig.suptitle("measured here: each generator against reference showers (grey: a second "
+                 "reference sample, the floor at this sample size)", fontsize="medium")
     return fig
 
 
