@@ -34,7 +34,7 @@ def test_notebook_02_is_committed_without_outputs_and_parameterised():
     params = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
     assert len(params) == 1
     for name in ("profile", "overrides", "workers", "epochs", "figures_dir", "results_dir"):
-        assert f"{name} =" in params[0].source
+        assert re.search(rf"^{name}(: [^=]+)? = ", params[0].source, re.MULTILINE)
     assert all(not c.get("outputs") and c.get("execution_count") is None
                for c in nb.cells if c.cell_type == "code")
     assert nb.metadata["kernelspec"]["name"] == "gan3d"
