@@ -222,11 +222,43 @@ def test_verify_code_keeps_a_study_current_only_for_code_that_trains_every_kind_
     differs = r"\(this checkout\) against|generator weight"
     with pytest.raises(StudyCodeDiffers, match=differs) as err:
         study.verify(cfg, drift, showers=32, kinds=["local-sgd"], allow_dirty=True)
-    # this checkout's run was trained twice, alike both times, and the reference's twice, alike
-    # both times: a change of code, not noise
-    assert ("both runs of this checkout alike, and a second run of the reference alike with its "
-            "first: its code trains otherwise") in str(err.value)
+    # each code's run was trained twice, alike both times, and the two apart by far more than
+    # the machine's noise: a change of code
+    assert "both codes train alike run after run, and differ by up to" in str(err.value)
+    assert "more than the machine's noise of 1e-05: its code trains otherwise" in str(err.value)
     assert "checks" not in study.load(out)  # nothing recorded for a check that failed
     out.write_text(json.dumps(_results("0123456789abcdef")))
     with pytest.raises(StudyCodeDiffers, match="the study's runs were made by 0123456789abcdef"):
         study.verify(cfg, ref, showers=32, allow_dirty=True)
+
+
+def test_the_largest_difference_of_two_runs_is_relative_and_covers_every_number(tmp_path):
+    """Histories and generator weights (Keras files) as runs write them: equal runs are 0 apart; one
+    loss moved by 1e-8 relative, or one weight by 1e-3 of its tensor's largest, is seen."""
+
+    from gan3d.convergence import verify
+    from gan3d.gan.model import build_generator
+
+    gen = build_generator()
+    rows = [{"epoch": 1, "d_loss": 3.0, "g_loss": 2.0, "mon_targets_met": 4, "time_train_s": 1.0},
+            {"epoch": 2, "d_loss": 2.5, "g_loss": 1.5, "mon_targets_met": 5, "time_train_s": 9.0}]
+
+    def run(name, rows, scale=None):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "history.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        if scale is not None:
+            w = gen.weights[0]
+            w.assign(w.numpy() + scale * np.abs(w.numpy()).max())
+        gen.save(folder / "generator.keras")
+        if scale is not None:
+            w.assign(w.numpy() - scale * np.abs(w.numpy()).max())
+        return folder
+
+    a = run("a", rows)
+    assert verify.largest_difference(a, run("b", rows)) == (0.0, 8, gen.count_params())
+    moved = [rows[0], {**rows[1], "d_loss": 2.5 * (1 + 1e-8), "time_train_s": 50.0}]
+    largest, _, _ = verify.largest_difference(a, run("c", moved))
+    assert largest == pytest.approx(1e-8, rel=1e-3)  # the timing is not compared
+    largest, _, _ = verify.largest_difference(a, run("d", rows, scale=1e-3))
+    assert 0.9e-3 < largest < 1.1e-3 and largest > verify.NOISE
