@@ -176,7 +176,8 @@ def test_a_verdict_line_rounds_and_says_what_is_not_finite():
 
 def test_the_committed_study_is_current_for_this_checkouts_training_code():
     """Main may add runs to studies/warm_start.json only where a behavioural check showed that
-    its training code makes the runs already there, bit for bit, of every kind they are; a change
+    its training code makes the runs already there (bit for bit, or within the machine's noise
+    where each code trains alike but the two differ in the last bits), of every kind; a change
     that trains otherwise fails here (and `gan3d warm-start` refuses) rather than mix numbers."""
     from pathlib import Path
 
