@@ -37,10 +37,15 @@ _VERDICT_COLOUR = {"equivalent": "tab:green", "different": "tab:red", "inconclus
 def monitor_bands(results: dict, configs: Sequence[str],
                   monitors: Sequence[str] = ("profile_distance", "sampling_fraction", "g_loss"),
                   *, ax=None):
-    """Mean over seeds (line) and +- one standard deviation (band) of each monitor against the
-    showers seen, one colour per configuration (``ax``: 1 x len(monitors) Axes)."""
-    fig, axes = panels(ax, 1, len(monitors), width=4.2 * len(monitors), height=3.4)
-    axes = np.atleast_1d(axes)
+    """Mean over seeds (line) and +- one standard deviation (band, outlined in its colour so
+    that overlapping bands stay apart) of each monitor against the showers seen, one colour per
+    configuration; two panels a row, to read at a page's width (``ax``: len(monitors) Axes)."""
+    from matplotlib.colors import to_rgba
+
+    cols = min(len(monitors), 2)
+    rows = -(-len(monitors) // cols)
+    fig, axes = panels(ax, rows, cols, width=4.6 * cols, height=3.0 * rows + 0.9)
+    axes = np.ravel(axes)
     for colour, cid in zip(colours(len(configs)), configs):
         for a, name in zip(axes, monitors):
             c = analysis.curves(results, cid, name)
@@ -48,15 +53,19 @@ def monitor_bands(results: dict, configs: Sequence[str],
                 continue
             x, m, s = np.asarray(c["showers"]), np.asarray(c["mean"]), np.asarray(c["sd"])
             a.plot(x, m, "-o", ms=3, color=colour, label=f"{label(cid)} ({c['n']} seed{'s' if c['n'] != 1 else ''})")
-            a.fill_between(x, m - s, m + s, color=colour, alpha=0.2, lw=0)
-    for a, name in zip(axes, monitors):
-        a.set_xlabel("training showers seen (all workers)")
+            a.fill_between(x, m - s, m + s, facecolor=to_rgba(colour, 0.10),
+                           edgecolor=to_rgba(colour, 0.6), lw=0.8, ls="--")
+    for i, (a, name) in enumerate(zip(axes, monitors)):
+        a.set_xlabel("training showers seen (all workers)" if i >= len(monitors) - cols else "")
         a.set_title(NAMES.get(name, name))
         if name.endswith("loss"):
             a.set_yscale("log")
-    axes[0].legend(fontsize="small")
-    fig.suptitle(f"{LABELS['measured']}: mean and seed-to-seed spread (band: +- 1 sd)",
-                 fontsize="medium")
+    handles, labels_ = axes[0].get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels_, loc="outside lower center", ncol=min(len(labels_), 3),
+                   frameon=False, fontsize="small")
+    fig.suptitle(f"{LABELS['measured']}: mean over seeds, and the seed-to-seed spread "
+                 "(dashed band: +- 1 sd)", fontsize="medium")
     return fig
 
 
