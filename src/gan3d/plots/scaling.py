@@ -203,10 +203,12 @@ def speedup_efficiency(scale: dict, *, model_here: Sequence[dict] | None = None,
         if over.any():
             ax.plot(p[over], y[over], "o", mfc="none", ms=6, color=ax.lines[-1].get_color(),
                     label=f"{LABELS['measured']}, oversubscribed")
-    for q, y in zip(pts, 100 * eff):  # how busy the machine was: measured, not modelled
-        if q.get("runqueue_wait_fraction") is not None:
-            a1.annotate(f"waited for a CPU\n{100 * q['runqueue_wait_fraction']:.0f} % of the time",
-                        (q["workers"], y), textcoords="offset points", xytext=(6, -14), fontsize=6)
+    waits = [f"{q['workers']} worker{'s' if q['workers'] > 1 else ''} "
+             f"{100 * q['runqueue_wait_fraction']:.0f} %" for q in pts
+             if q.get("runqueue_wait_fraction") is not None]
+    if waits:  # how busy the machine was: measured, not modelled; one line, not on the points
+        a1.text(0.02, 0.03, "measured here, time a worker waited for a CPU: " + ", ".join(waits),
+                transform=a1.transAxes, fontsize=6.5)
     if model_here:
         t1 = model_here[0]["predicted_s"]
         mp = np.array([m["workers"] for m in model_here])
@@ -220,9 +222,21 @@ def speedup_efficiency(scale: dict, *, model_here: Sequence[dict] | None = None,
     a1.set_xlabel("workers")
     a0.set_ylabel("speed-up")
     a1.set_ylabel("scaling efficiency (%)")
-    a1.set_ylim(min(50.0, float(np.nanmin(100 * eff)) - 5), 105)
-    a0.legend(fontsize=6)
-    a1.legend(fontsize=6, loc="best")
+    a1.set_ylim(min(90.0, float(np.nanmin(100 * eff)) - 5), 105)
+    ticks = [t for t in (1, 2, 4, 8, 12, 16, 32, 64) if t <= grid[-1]]
+    for ax in (a0, a1):  # workers on a log axis: the measured 1 and 2 spread as far as 6 to 12
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ticks, [str(t) for t in ticks])
+        ax.minorticks_off()
+    a0.set_yscale("log", base=2)  # log-log: the ideal speed-up is the diagonal
+    a0.set_yticks(ticks, [str(t) for t in ticks])
+    a0.minorticks_off()
+    seen: dict = {}  # one legend for both panels, below them, each entry once
+    for ax in (a0, a1):
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(lab, h)
+    fig.legend(list(seen.values()), list(seen), loc="outside lower center", ncol=2, fontsize=6.5,
+               frameon=False)
     a0.set_title(f"training only, per-worker batch {pts[0]['batch_per_worker']}"
                  if scale["mode"] == "weak" else f"training only, global batch {pts[0]['global_batch']}",
                  fontsize=9)
