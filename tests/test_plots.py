@@ -227,9 +227,15 @@ def test_the_long_runs_curves_mark_each_change_of_learning_rate():
     pair = tplots.runs_learning_curves({"1 worker": history([1e-3] * 4 + [1e-4] * 2),
                                         "2 workers": history([1e-3] * 2 + [2e-3] * 2 + [2e-4] * 2)})
     assert all(sorted(x) == [3200.0, 6400.0, 6400.0] for x in dotted(pair))
-    texts = sorted(t.get_text() for t in pair.axes[0].texts)
-    assert texts == ["lr 0.001 -> 0.0001", "lr 0.001 -> 0.002", "lr 0.002 -> 0.0002"]
-    matplotlib.pyplot.close("all")
+    named = sorted(t.get_text() for t in pair.legends[0].get_texts()
+                   if t.get_text().startswith("lr "))
+    assert named == ["lr 0.001 -> 0.0001 from 6,400 showers (1 worker)",
+                     "lr 0.001 -> 0.002 from 3,200 showers (2 workers)",
+                     "lr 0.002 -> 0.0002 from 6,400 showers (2 workers)"]
+    assert not any(a.texts for a in pair.axes)  # nothing written over the curves
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
 
 
 def test_the_lessons_readings_are_its_numbers():

@@ -183,31 +183,39 @@ _RUN_PANELS = {"mon_targets_met": "targets met (of 20)",
 def runs_learning_curves(runs: Mapping[str, Sequence[dict]], *, ax=None):
     """Several runs' physics monitors against the training showers seen (all workers): per
     evaluation, the targets met and the mean over the monitor energies of each deviation
-    (:func:`gan3d.convergence.plan.summarise_history`), one colour per run (``ax``: 1 x 4).
-    A dotted line in the run's colour marks each change of its learning rate (a fork's lr x N,
-    a later fork that lowered it), at the showers seen when the new rate began."""
+    (:func:`gan3d.convergence.plan.summarise_history`), one colour per run, two panels a row
+    (``ax``: 4 Axes). A dotted line in the run's colour marks each change of its learning rate
+    (a fork's lr x N, a later fork that lowered it), at the showers seen when the new rate
+    began; the legend below the panels names each change and the dashed targets."""
+    from matplotlib.lines import Line2D
+
     from ..convergence.plan import summarise_history
 
-    fig, axes = panels(ax, 1, len(_RUN_PANELS), width=15.0, height=3.6)
-    for k, (colour, (label, every)) in enumerate(zip(colours(len(runs)), runs.items())):
+    fig, axes = panels(ax, 2, 2, width=9.4, height=6.6)
+    axes = np.ravel(axes)
+    handles = []
+    for colour, (label, every) in zip(colours(len(runs)), runs.items()):
         rows = [r for r in summarise_history(list(every)) if r.get("mon_targets_met") is not None]
         x = np.array([r["showers_seen"] for r in rows], float)
-        for a, name in zip(np.ravel(axes), _RUN_PANELS):
+        for a, name in zip(axes, _RUN_PANELS):
             a.plot(x, [r[name] for r in rows], "-", lw=1.2, color=colour, label=label)
+        handles.append(Line2D([], [], color=colour, lw=1.2, label=label))
         for before, after in lr_changes(every):
-            for a in np.ravel(axes):
+            for a in axes:
                 a.axvline(before["showers_seen"], color=colour, ls=":", lw=1.0)
-            np.ravel(axes)[0].annotate(f"lr {before['lr']:g} -> {after['lr']:g}",
-                                       (before["showers_seen"], 0.02 + 0.48 * (k % 2)),
-                                       color=colour,
-                                       xycoords=("data", "axes fraction"), rotation=90,
-                                       fontsize=6, ha="right", va="bottom")
-    for a, (name, text) in zip(np.ravel(axes), _RUN_PANELS.items()):
+            handles.append(Line2D([], [], color=colour, ls=":", lw=1.0,
+                                  label=f"lr {before['lr']:g} -> {after['lr']:g} from "
+                                        f"{before['showers_seen']:,} showers ({label})"))
+    for i, (a, (name, text)) in enumerate(zip(axes, _RUN_PANELS.items())):
         a.set_title(text, fontsize=9)
-        a.set_xlabel("training showers seen (all workers)")
+        a.set_xlabel("training showers seen (all workers)" if i >= 2 else "")
         if name in TARGETS:
-            a.axhline(TARGETS[name][1], color="#009E73", ls="--", lw=0.8, label="target")
-    np.ravel(axes)[0].legend(fontsize="x-small")
+            a.axhline(TARGETS[name][1], color="#009E73", ls="--", lw=0.8)
+    if any(name in TARGETS for name in _RUN_PANELS):
+        handles.append(Line2D([], [], color="#009E73", ls="--", lw=0.8,
+                              label="target of the monitor (physics-grade)"))
+    fig.legend(handles=handles, loc="outside lower center", ncol=2, fontsize="x-small",
+               frameon=False)
     fig.suptitle(f"{LABELS['measured']}: the physics monitors of each epoch (64 showers per "
                  "monitor energy)", fontsize=9)
     return fig
