@@ -297,15 +297,17 @@ def metric_overview(result: dict, names=("auc_high", "fpd", "three_dgan", "sep:s
     rows += [(lab, g["bins"], _colour(i))
              for i, (lab, g) in enumerate(result["generators"].items())]
     for ax, name in zip(axes.ravel(), names):
+        positive = False
         for j, (lab, per_bin, color) in enumerate(rows):
-            y = np.array([metric_value(per_bin[k], name) for k in keys])
+            y = np.array([metric_value(per_bin[k], name) for k in keys], float)
             err = np.array([per_bin[k]["fpd"]["error"] for k in keys]) if name == "fpd" else None
             ax.errorbar(x + 0.08 * j, y, err, fmt="o", color=color, capsize=2, label=lab)
+            positive |= bool(np.any(np.isfinite(y) & (y > 0)))
         ax.set_xticks(x, keys, rotation=45)
         title, ylabel = METRIC_TITLES.get(name, (name, name))
         ax.set(xlabel="energy bin (GeV)" if ax in axes[-1] else "", title=title, ylabel=ylabel)
-        if name in ("fpd", "three_dgan") or name.startswith("sep:"):  # values span decades
-            ax.set_yscale("log", nonpositive="mask")
+        if positive and (name in ("fpd", "three_dgan") or name.startswith("sep:")):
+            ax.set_yscale("log", nonpositive="mask")  # values span decades (none: linear)
         if name == "auc_high":
             ax.set_ylim(0.4, 1.02)
     handles, labels = axes[0, 0].get_legend_handles_labels()
