@@ -64,3 +64,12 @@ def test_an_old_file_is_schema_0_and_a_newer_or_other_one_is_refused(tmp_path):
         records.read(listed)
     with pytest.raises(StudyFileError, match="unknown study kind 'netwrok'"):
         records.record("netwrok", {})
+
+
+def test_a_missing_committed_study_names_the_benchmark_that_makes_it(tmp_path, capsys):
+    missing = tmp_path / "network.json"
+    assert records.read_if_present(missing, "interconnect", "bench/bench_interconnect.py") is None
+    assert f"python bench/bench_interconnect.py --output {missing}" in capsys.readouterr().out
+    write_json(missing, {"kind": "algorithms"})
+    with pytest.raises(StudyFileError, match="kind"):
+        records.read_if_present(missing, "interconnect", "bench/bench_interconnect.py")

@@ -169,6 +169,27 @@ def test_the_top_level_holds_at_most_8_modules():
     assert len(top) <= 8, top
 
 
+def _code_lines(notebook: Path) -> int:
+    """Lines of code in a notebook's code cells: neither blank nor only a comment."""
+    import json
+    cells = json.loads(notebook.read_text())["cells"]
+    return sum(1 for c in cells if c["cell_type"] == "code"
+               for line in "".join(c["source"]).splitlines()
+               if line.strip() and not line.lstrip().startswith("#"))
+
+
+def test_notebooks_01_to_04_are_thin():
+    """At most 120 lines of code each (the lesson, 05, keeps its exercises), and no markdown table
+    assembled in a notebook: tables come from the package's one table helper."""
+    notebooks = sorted((README.parent / "notebooks").glob("0[1-4]_*.ipynb"))
+    assert len(notebooks) == 4
+    assert {nb.name: _code_lines(nb) for nb in notebooks if _code_lines(nb) > 120} == {}
+    import json
+    built = [nb.name for nb in notebooks for c in json.loads(nb.read_text())["cells"]
+             if c["cell_type"] == "code" and "|---" in "".join(c["source"])]
+    assert built == []
+
+
 def test_horovod_and_mpi4py_are_imported_in_parallel_only_and_marked():
     seen = []
     for name, path in MODULES.items():

@@ -34,7 +34,7 @@ from typing import Any, Mapping, TypedDict
 from .exceptions import StudyFileError, UncommittedChanges
 from .io import GitState, git_state, repository_of, write_json
 from .io import provenance as _provenance
-from .io import read_json
+from .io import read_json, resolve_path
 
 __all__ = ["SCHEMA", "KINDS", "STUDIES", "Envelope", "record", "stamp", "schema_of", "read",
            "number", "shown",
@@ -116,6 +116,16 @@ def read(path: str | os.PathLike, kind: str | None = None) -> dict[str, Any]:
         raise StudyFileError(f"{path} holds a study of kind {data['kind']!r}, not {kind!r}: "
                              "check the file name")
     return data
+
+
+def read_if_present(path: str | os.PathLike, kind: str, made_by: str) -> dict[str, Any] | None:
+    """:func:`read` the committed study at ``path``; where it is missing, say which benchmark
+    (``made_by``, a script run as root) makes it and return None."""
+    found = resolve_path(path)
+    if found.is_file():
+        return read(found, kind)
+    print(f"{path} is missing: run `python {made_by} --output {path}` as root")
+    return None
 
 
 def require_clean(allow_dirty: bool = False, *, repo: str | os.PathLike | None = None,
