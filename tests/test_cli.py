@@ -82,3 +82,25 @@ def test_every_command_says_what_it_does_shows_its_defaults_and_examples():
     assert "(default: 64)" in simulate and "(default: 10:500)" in simulate
     train = parser._subparsers._group_actions[0].choices["train"].format_help()
     assert "(default: quick)" in train and "(default: the profile's)" in train
+
+
+@pytest.mark.parametrize("case", ["simulate-folder", "simulate-file", "export-file", "export-held"])
+def test_an_output_path_is_refused_before_tensorflow_loads(tmp_path, case):
+    """A wrong --output costs a user a fraction of a second, not TensorFlow's start-up."""
+    held = tmp_path / "held"
+    held.mkdir()
+    (held / "showers.h5").write_text("another run's showers")
+    (held / "reference.json").write_text("{}")
+    argv = {"simulate-folder": ["simulate", "--n", "10", "--output", str(held)],
+            "simulate-file": ["simulate", "--n", "10", "--output", str(held / "showers.h5")],
+            "export-file": ["export", str(tmp_path), str(held / "showers.h5")],
+            "export-held": ["export", str(tmp_path), str(held)]}[case]
+    code = ("import sys; from gan3d import cli; rc = cli.main(sys.argv[1:]); "
+            "print('TF', 'tensorflow' in sys.modules); sys.exit(rc)")
+    out = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert ("is a folder" in out.stderr or "is a file" in out.stderr
+            or "already holds another result" in out.stderr)
+    assert "TF False" in out.stdout
+    assert (held / "showers.h5").read_text() == "another run's showers"

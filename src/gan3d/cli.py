@@ -345,6 +345,9 @@ def _cmd_warm(args: argparse.Namespace) -> int:
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
     _signals_unwind()
+    from .io import check_output
+
+    check_output(args.output, force=args.force)  # the path at once; its size once TF has loaded
     from .gan.simulate import simulate  # imports TensorFlow
 
     generator = args.generator
@@ -362,13 +365,15 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
 def _cmd_export(args: argparse.Namespace) -> int:
     _signals_unwind()
-    from .gan import reference  # imports TensorFlow
+    from .io import check_output
 
     if not Path(args.source).exists():
         raise Gan3dError(f"{args.source}: no such training folder or checkpoint")
     if args.monitor_showers < 2:
         raise Gan3dError(f"--monitor-showers {args.monitor_showers}: give at least 2 showers "
                          "per energy (a spread needs two)")
+    check_output(args.folder, folder=True, holds="reference.json", force=args.force)  # at once
+    from .gan import reference  # imports TensorFlow
     meta = reference.export(args.source, Path(args.folder), note=args.note,
                             monitor_showers=args.monitor_showers, force=args.force)
     final = meta["final_monitors"]

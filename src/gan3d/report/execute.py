@@ -1,6 +1,9 @@
 """One notebook run headless: papermill executes it, its failures are named, Ctrl-C ends it quietly.
 
-:func:`run_notebook` is what ``gan3d reproduce`` (``pipeline``) and the notebook tests run.
+:func:`run_notebook` is what ``gan3d reproduce`` (``pipeline``) and the notebook tests run. The
+kernel's own messages (its process's stderr, not the cells' output, which the notebook keeps) go
+to a log beside the executed notebook: they are Jupyter's machinery talking, such as the traceback
+a kernel prints when it is shut down in the middle of a cell after Ctrl-C.
 """
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ from ..parallel.runtime import apply_process_defaults
 
 log = console.get_logger(__name__)
 
-__all__ = ["run_notebook", "quiet_dead_kernel_tasks"]
+__all__ = ["run_notebook", "kernel_log_of", "quiet_dead_kernel_tasks"]
 
 
 def run_notebook(source: str | Path, output: str | Path, parameters: Mapping[str, Any] | None = None,
@@ -38,22 +41,42 @@ def run_notebook(source: str | Path, output: str | Path, parameters: Mapping[str
         raise NotebookFailed(f"notebook {source} does not exist")
     ensure_dir(output.parent)
     bar: bool | dict = {"desc": progress, "unit": "cell"} if isinstance(progress, str) else progress
+    kernel_log = kernel_log_of(output)
     try:
         pm.execute_notebook(
             str(source), str(output), parameters=dict(parameters or {}), kernel_name=kernel,
             language="python", cwd=str(cwd) if cwd else None, progress_bar=bar,
             request_save_on_cell_execute=True, execution_timeout=timeout, start_timeout=120,
+            kernel_manager_class=_logged_kernel(kernel_log),
         )
     except (PapermillExecutionError, DeadKernelError) as exc:
         why = (f"in cell {exc.exec_count} ({exc.ename}: {exc.evalue})"
                if isinstance(exc, PapermillExecutionError) else
-               "as its kernel died (killed from outside, or out of memory)")
+               f"as its kernel died (killed from outside, or out of memory; its log: {kernel_log})")
         raise NotebookFailed(f"{source.name} failed {why}; the partly executed notebook is "
                              f"kept at {output}") from None
     except KeyboardInterrupt:
         quiet_dead_kernel_tasks()
         raise
     return output
+
+
+def kernel_log_of(output: str | Path) -> Path:
+    """Where the kernel that executes into ``output`` writes its own messages."""
+    return Path(output).with_suffix(".kernel.log")
+
+
+def _logged_kernel(log: Path) -> type:
+    """nbclient's kernel manager, with the kernel process's stderr written to ``log`` (replaced
+    at each run) instead of the terminal."""
+    from jupyter_client.manager import AsyncKernelManager
+
+    class LoggedKernelManager(AsyncKernelManager):
+        async def _async_launch_kernel(self, kernel_cmd, **kw):
+            with open(log, "wb") as err:  # the kernel holds its own copy of the descriptor
+                return await super()._async_launch_kernel(kernel_cmd, **{**kw, "stderr": err})
+
+    return LoggedKernelManager
 
 
 def quiet_dead_kernel_tasks() -> None:
