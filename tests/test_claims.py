@@ -365,6 +365,20 @@ def test_the_reference_generator_claim_reads_the_default_generators_record(tmp_p
     row = _by_id(claims.ledger(root))["reference-generator"]
     assert row["value"].startswith(f"`{best}`: {met[best][0]} of 20")
     assert row["verdict"] == ("reproduced" if met[best][0] >= 18 else "not reproduced")
+    assert "still miss" not in row["value"]  # notebook 04 has not run
+    # once it has: each shipped generator's AUC against the floor, and what separates it most
+    auc = lambda a, feats: {"classifier_high": {"auc": a}, "feature_auc": feats}  # noqa: E731
+    _write(root, "results/validation/metrics.json", {
+        "reference": {"inclusive": auc(0.485, {})},
+        "generators": {
+            "1 worker": {"bins": {"inclusive": auc(1.0, {})}},  # notebook 02's: not shipped
+            "1 worker, long run (227,200 showers)": {"bins": {"inclusive": auc(0.998, {
+                "e_layer_12": {"auc": 0.91, "spread": 0.54}, "sparsity_3": {"auc": 0.8, "spread": 1}})}}}})
+    row = _by_id(claims.ledger(root))["reference-generator"]
+    assert row["value"].endswith("(notebook 04, high-level classifier, floor 0.485): 1 worker, "
+                                 "long run (227,200 showers): AUC 0.998, most by energy fraction, "
+                                 "layer 12 (AUC 0.91, spread 0.54x)")
+    assert "results/validation/metrics.json" in row["evidence"]
 
 
 def test_write_makes_the_markdown_and_the_json_atomically(tmp_path):

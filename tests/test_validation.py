@@ -267,3 +267,47 @@ def test_what_notebook_04_says_is_computed_from_its_numbers():
     assert row[0] == "50.0 GeV" and row[-1] == "0.123"
     assert row[1 + list(monitors.TARGETS).index("max_layer")] == "1 vs 1.1 **met**"
     assert validation.targets_table(result).endswith("\n\n1 of 5 (energy, target) pairs met.")
+
+
+def test_each_features_own_auc_names_what_a_distortion_changed():
+    """The per-feature AUC equals scikit-learn's ROC AUC of the feature alone (folded to >= 0.5);
+    showers made 20 % wider are told apart by their transverse features, not by their energy
+    fractions per layer, while two reference samples stay near 0.5; spread is the ratio of the
+    standard deviations."""
+    from sklearn.metrics import roc_auc_score
+
+    e = np.random.default_rng(0).uniform(50.0, 150.0, 300)
+    ref = physics.high_level_features(showers.generate(e, 1), e)
+    ref2 = physics.high_level_features(showers.generate(e, 3), e)[0]
+    wide = physics.high_level_features(physics.widen_transverse(showers.generate(e, 2), 1.2), e)[0]
+    hr, names = ref
+    top = validation.feature_aucs(hr, wide, names, top=len(names))
+    assert list(top) == sorted(top, key=lambda n: -top[n]["auc"])  # most separating first
+    for j in (0, 40, 75, 100, 150):
+        y = np.r_[np.zeros(len(hr)), np.ones(len(wide))]
+        auc = roc_auc_score(y, np.r_[hr[:, j], wide[:, j]])
+        assert top[names[j]]["auc"] == pytest.approx(max(auc, 1 - auc), abs=1e-12)
+    # wider showers hit more cells and are wider: the transverse features lead, the energy
+    # fractions per layer (which a transverse widening keeps) do not
+    first = list(top)[:10]
+    assert all(n.startswith(("width_", "sparsity_")) for n in first), first
+    assert all(top[n]["auc"] > 0.9 for n in first)
+    assert max(top[f"width_x_{z}"]["auc"] for z in range(25)) > 0.8
+    assert max(top[f"e_layer_{z}"]["auc"] for z in range(25)) < 0.75
+    floor = validation.feature_aucs(hr, ref2, names, top=1)
+    assert list(floor.values())[0]["auc"] < 0.7
+    s = hr[:, names.index("e_total")]
+    scaled = hr.copy()
+    scaled[:, names.index("e_total")] = 2 * (s - s.mean()) + s.mean()  # twice the spread
+    assert validation.feature_aucs(hr, scaled, names, top=len(names))["e_total"]["spread"] == \
+        pytest.approx(2.0)
+
+
+def test_the_separating_table_reads_the_features_and_the_floor():
+    result = {"reference": {"inclusive": {"feature_auc": {"e_layer_3": {"auc": 0.61, "spread": 1.0}}}},
+              "generators": {"long-1w": {"bins": {"inclusive": {"feature_auc": {
+                  "sparsity_12": {"auc": 0.93, "spread": 0.59},
+                  "e_layer_6": {"auc": 0.88, "spread": 0.61}}}}}}}
+    text = validation.separating_table(result)
+    assert "share of cells hit, layer 12 | 0.930" in text and "energy fraction, layer 6" in text
+    assert "AUC 0.610" in text and text.index("layer 12") < text.index("layer 6")

@@ -30,6 +30,7 @@ __all__ = [
     "Showers", "Summary", "Validation", "bin_keys", "energy_sets", "reference_pair", "summarise",
     "compare", "load_networks", "newest_checkpoint", "checkpoint_record", "generator_record",
     "validate", "distortion_check", "headline", "metric_value", "metrics_table",
+    "feature_aucs", "feature_label", "separating_table",
     "targets_table", "resolution_table", "settings_line", "CHECK_METRICS", "check_cases",
     "check_reading", "resolution_lines", "train_showers", "paper_train_showers", "headline_lines",
     "closing_note",
@@ -142,9 +143,10 @@ def compare(ref: Showers, gen: Showers, *, low_level: bool = True, seed: int = 0
         sep[name] = metrics.separation_power(a, b, edges)
         null[name] = metrics.separation_power_null(len(edges) - 1, a.size, b.size)
         wd[name] = metrics.wasserstein(a, b)
-    hr, _ = physics.high_level_features(ref.ecal, ref.energy)
+    hr, names = physics.high_level_features(ref.ecal, ref.energy)
     hg, _ = physics.high_level_features(gen.ecal, gen.energy)
     out = {"n_reference": len(ref.energy), "n_generated": len(gen.energy),
+           "feature_auc": feature_aucs(hr, hg, names),
            "separation_power": sep, "separation_power_null": null, "wasserstein": wd,
            "three_dgan": metrics.three_dgan_metric(ref.ecal, gen.ecal),
            "classifier_high": metrics.classifier_test(hr, hg, "hgb", seed),
@@ -154,6 +156,51 @@ def compare(ref: Showers, gen: Showers, *, low_level: bool = True, seed: int = 0
             physics.low_level_features(ref.ecal, ref.energy),
             physics.low_level_features(gen.ecal, gen.energy), "mlp", seed)
     return out
+
+
+def feature_aucs(hr: np.ndarray, hg: np.ndarray, names: Sequence[str], top: int = 10) -> dict:
+    """The ``top`` high-level features that tell ``hg`` (generated) from ``hr`` (reference) best
+    on their own, most separating first: per feature the AUC of the feature itself as the
+    classifier (the Mann-Whitney rank statistic, ties averaged; folded to >= 0.5, so 0.5 is alike
+    and 1 no overlap) and ``spread``, the generated showers' standard deviation over the
+    reference's (1 where the reference's is 0)."""
+    from scipy.stats import rankdata
+
+    n_r, n_g = len(hr), len(hg)
+    ranks = rankdata(np.vstack([hr, hg]), axis=0)
+    auc = (ranks[n_r:].sum(axis=0) - n_g * (n_g + 1) / 2) / (n_r * n_g)
+    auc = np.maximum(auc, 1.0 - auc)
+    sd_r, sd_g = hr.std(axis=0), hg.std(axis=0)
+    spread = np.divide(sd_g, sd_r, out=np.ones_like(sd_g), where=sd_r > 0)
+    order = np.argsort(-auc, kind="stable")[:top]
+    return {names[j]: {"auc": float(auc[j]), "spread": float(spread[j])} for j in order}
+
+
+_FEATURE_NAMES = {"e_layer": "energy fraction", "centre_x": "x centre", "centre_y": "y centre",
+                  "width_x": "x width", "width_y": "y width", "sparsity": "share of cells hit"}
+
+
+def feature_label(name: str) -> str:
+    """A reader's name of a high-level feature: ``e_layer_12`` -> 'energy fraction, layer 12'."""
+    if name == "e_total":
+        return "total energy / primary energy"
+    kind, _, layer = name.rpartition("_")
+    return f"{_FEATURE_NAMES.get(kind, kind)}, layer {layer}"
+
+
+def separating_table(result: dict, key: str = "inclusive", top: int = 5) -> str:
+    """Markdown: what each generator still misses - the ``top`` features that separate its
+    showers from the reference's best on their own (bin ``key``), with their AUC and spread,
+    beside the floor: the best such AUC between two samples of the reference."""
+    floor = max((f["auc"] for f in result["reference"][key].get("feature_auc", {}).values()),
+                default=float("nan"))
+    rows = [[lab, feature_label(name), f"{f['auc']:.3f}", f"{f['spread']:.2f}"]
+            for lab, g in result["generators"].items()
+            for name, f in list(g["bins"][key].get("feature_auc", {}).items())[:top]]
+    return (console.table(rows, ["generator", "feature", "AUC of the feature alone",
+                                 "spread (GAN sd / reference sd)"])
+            + f"\n\nFloor: between two samples of the reference the best single feature reaches "
+            f"AUC {floor:.3f} ({key}); 0.5 is alike, 1 no overlap.")
 
 
 def _fpd(hr: np.ndarray, hg: np.ndarray, seed: int) -> dict:
@@ -340,11 +387,14 @@ def metric_value(m: dict, name: str) -> float:
     return float(m[table][feature])
 
 
-def metrics_table(result: dict, names=("auc_high", "fpd", "three_dgan", "sep:sampling_fraction",
-                                        "sep:z_mean", "sep:x_var")) -> str:
+def metrics_table(result: dict, names=("auc_high", "auc_low", "fpd", "three_dgan",
+                                        "sep:sampling_fraction", "sep:z_mean", "sep:x_var")) -> str:
     """A Markdown table of ``names`` (see :func:`metric_value`) for every generator and for the
-    independent reference sample ("ideal" at this sample size), one column per bin key."""
+    independent reference sample ("ideal" at this sample size), one column per bin key. The
+    low-level classifier's row only where it ran (``low_level``)."""
     keys = result["bins"]
+    if not any("classifier_low" in m for m in result["reference"].values()):
+        names = [n for n in names if n != "auc_low"]
     samples = [("reference (2nd sample)", result["reference"])]
     samples += [(lab, g["bins"]) for lab, g in result["generators"].items()]
     rows = [[lab, name, *(f"{metric_value(per_bin[k], name):.3g}" for k in keys)]
