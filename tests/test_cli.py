@@ -104,3 +104,14 @@ def test_an_output_path_is_refused_before_tensorflow_loads(tmp_path, case):
             or "already holds another result" in out.stderr)
     assert "TF False" in out.stdout
     assert (held / "showers.h5").read_text() == "another run's showers"
+
+
+def test_a_path_typed_on_the_command_line_is_taken_from_the_current_folder(tmp_path):
+    """As with every command-line tool: `--output held/showers.h5` typed in another folder means
+    that folder's file, not one in the checkout (settings' paths stay the checkout's)."""
+    (tmp_path / "held").mkdir()
+    (tmp_path / "held" / "showers.h5").write_text("another run's showers")
+    out = subprocess.run([sys.executable, "-m", "gan3d", "simulate", "--n", "4", "--output",
+                          "held/showers.h5"], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 2 and f"{tmp_path / 'held' / 'showers.h5'} already holds" in out.stderr

@@ -35,6 +35,12 @@ from .parallel.runtime import apply_process_defaults
 __all__ = ["main", "build_parser"]
 
 
+def _here(path: str) -> str:
+    """A path typed on the command line is taken from the current folder, as every command-line
+    tool does (paths inside settings, ``--set`` included, are taken from the checkout's root)."""
+    return str(Path(path).expanduser().absolute())
+
+
 def _add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", default="quick", choices=PROFILES,
                    help="named settings: quick (2-core laptop), paper (the paper's, for clusters) "
@@ -153,11 +159,11 @@ def _data_parser(sub) -> None:
     gen.add_argument("--n-showers", type=int, help="number of showers (data.n_showers)")
     gen.add_argument("--files", type=int, help="number of files (data.n_files)")
     gen.add_argument("--seed", type=int, help="random seed (data.seed)")
-    gen.add_argument("--output", help="output folder (data.path)")
+    gen.add_argument("--output", type=_here, help="output folder (data.path)")
     gen.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
     chk = dsub.add_parser("check", help="validate every shower file in a folder, or one file "
                           "(exit 1: problems)")
-    chk.add_argument("folder", help="a folder of .h5 shower files, or one .h5 file")
+    chk.add_argument("folder", type=_here, help="a folder of .h5 shower files, or one .h5 file")
     _add_config_args(chk)
 
 
@@ -167,11 +173,11 @@ def _train_parser(sub) -> None:
     train.add_argument("--workers", type=int, help="MPI ranks to launch on this machine "
                        "(train.workers); ignored when already started by mpirun/horovodrun")
     train.add_argument("--epochs", type=int, help="train.epochs")
-    train.add_argument("--output", help="train.output folder")
+    train.add_argument("--output", type=_here, help="train.output folder")
     train.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
     train.add_argument("--force", action="store_true", help="replace the run the output folder "
                        "holds (without it, such a folder is refused)")
-    train.add_argument("--fork-from", metavar="CHECKPOINT",
+    train.add_argument("--fork-from", metavar="CHECKPOINT", type=_here,
                        help="train.fork_from: start a new run from this checkpoint (an "
                             "epoch-NNNN.npz or a run's folder) with this run's workers, lr rule, "
                             "precision, seed and data; epochs count on from its epoch")
@@ -191,7 +197,7 @@ def _scale_parser(sub) -> None:
     _add_config_args(scale)
     scale.add_argument("--workers", help="comma-separated worker counts, e.g. 1,2,4")
     scale.add_argument("--mode", choices=("weak", "strong"))
-    scale.add_argument("--output", help="scale.output folder")
+    scale.add_argument("--output", type=_here, help="scale.output folder")
     scale.add_argument("--network", metavar="PROFILE",
                        help="run each multi-worker job with its ranks in separate network "
                             "namespaces behind links of this profile (root): native, edr, 10gbe, 1gbe")
@@ -203,7 +209,7 @@ def _validate_parser(sub) -> None:
     val.add_argument("checkpoints", nargs="+", help="training output folders (with generator.keras), folders `gan3d export` wrote, or a shipped generator's name: `reference`, `long-1w`, `long-2w`")
     val.add_argument("--labels", help="comma-separated names, one per folder (default: folder names)")
     val.add_argument("--no-low-level", action="store_true", help="skip the voxel-level classifier")
-    val.add_argument("--output", help="validation.output folder")
+    val.add_argument("--output", type=_here, help="validation.output folder")
     val.add_argument("--force", action="store_true", help="replace the validation the output "
                      "folder holds (its metrics.json)")
 
@@ -220,7 +226,7 @@ def _simulate_parser(sub) -> None:
     sim.add_argument("--n", type=int, required=True, help="number of showers")
     sim.add_argument("--energies", default="10:500",
                      help="primary energies in GeV: LO:HI (uniform) or a list 50,100,200")
-    sim.add_argument("--output", required=True, help="the .h5 file to write")
+    sim.add_argument("--output", required=True, type=_here, help="the .h5 file to write")
     sim.add_argument("--batch", type=int, default=64, help="showers per inference call")
     sim.add_argument("--seed", type=int, default=0)
     sim.add_argument("--precision", default="auto", choices=("auto", "float32", "bfloat16"),
@@ -235,9 +241,9 @@ def _simulate_parser(sub) -> None:
 def _export_parser(sub) -> None:
     ex = sub.add_parser("export", help="ship a trained generator as weights only (float32, "
                         "~3.9 MB) with its learning curve and provenance")
-    ex.add_argument("source", help="a training output folder, or one of its checkpoints "
+    ex.add_argument("source", type=_here, help="a training output folder, or one of its checkpoints "
                                    "(epoch-NNNN.npz)")
-    ex.add_argument("folder", help="the folder to write (generator.weights.h5, "
+    ex.add_argument("folder", type=_here, help="the folder to write (generator.weights.h5, "
                                    "discriminator.weights.h5, reference.json); pass it later "
                                    "where a training folder is expected")
     ex.add_argument("--note", default="", help="a line on what it is, kept in reference.json")
