@@ -79,6 +79,7 @@ install_package
 echo "$key" >"$venv/.gan3d-stamp"
 built=$(( $(date +%s) - t0 ))
 # what the build cost, for the README's cost line (gan3d.report.claims reads it)
-printf '{"seconds": %d, "built_utc": "%s", "cores": %d}\n' "$built" \
-    "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$(nproc)" >"$venv/gan3d-build.json"
+printf '{"seconds": %d, "built_utc": "%s", "cores": %d, "horovod": "%s"}\n' "$built" \
+    "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$(nproc)" "$(cat "$venv/gan3d-horovod.txt" 2>/dev/null || echo unknown)" \
+    >"$venv/gan3d-build.json"
 say "environment ready in $built s"

@@ -71,6 +71,7 @@ install_horovod() {
     wheels="${GAN3D_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gan3d}/horovod-$key"
     if compgen -G "$wheels/horovod-*.whl" >/dev/null; then
         say "Horovod: the wheel built before, from $wheels"
+        ((dry)) || echo cached >"$prefix/gan3d-horovod.txt"   # for the README's cost line
     else
         jobs=${GAN3D_BUILD_JOBS:-$(( $(nproc) < 4 ? $(nproc) : 4 ))}
         say "building Horovod from source with TensorFlow, MPI and Gloo (about 2 minutes on 2 cores)"
@@ -86,6 +87,7 @@ install_horovod() {
             mkdir -p "$wheels"
             mv "$tmp"/horovod-*.whl "$wheels/"     # the wheel appears in the cache only when complete
             rm -rf "$tmp"
+            echo compiled >"$prefix/gan3d-horovod.txt"
         fi
     fi
     pip install --quiet --no-deps --force-reinstall "$wheels"/horovod-*.whl

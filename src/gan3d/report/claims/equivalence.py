@@ -13,7 +13,7 @@ import numpy as np
 from .outcome import Evidence, MissingEvidence, Outcome, percent
 
 __all__ = ["seeds_to_decide", "decide_equivalence", "n_like_one", "bf16", "local_sgd",
-           "warm_start", "lr_rule", "long_pair", "GOAL", "LR_RULES", "LR_WORKERS", "LR_SEEDS"]
+           "warm_start", "lr_rule", "long_pair", "GOAL", "LR_RULES", "LR_WORKERS", "LR_SEEDS", "WARM_SEEDS"]
 
 # The physics-grade goal of a long run's generator (notebook 04, 256 showers per energy).
 GOAL = {"targets_met": 18, "worst_resolution_ratio": 1.5, "fpd": 5.0}
@@ -94,7 +94,7 @@ def n_like_one(ev: Evidence) -> Outcome:
 
 
 def bf16(ev: Evidence) -> Outcome:
-    """From the warm-start study's bfloat16 block once it holds its planned seeds (``warm.seeds``,
+    """From the warm-start study's bfloat16 block once it holds its planned seeds (:data:`WARM_SEEDS`,
     5; a generator that makes showers, 8,192 showers a run, the monitors at 256 showers per
     energy, paired by seed); until then from ``studies/precision.json`` (from scratch, 1,600
     showers, where the seeds' spread swamps the margins). Fixed before the block's first run."""
@@ -134,7 +134,7 @@ def _warm_block(ev: Evidence, candidate: str, reference: str | None = None
                 ) -> tuple[list[dict], dict]:
     """The warm-start study's rows of ``candidate`` against ``reference`` (the study's own, 1w,
     when None; another configuration's rows are recomputed, paired by seed) if every one has
-    the planned seeds (``warm.seeds``), else ``[]``: the file then does not count as evidence."""
+    the planned seeds (:data:`WARM_SEEDS`), else ``[]``: the file then does not count as evidence."""
     from ...convergence import warmstart
 
     relpath = "studies/warm_start.json"
@@ -143,8 +143,9 @@ def _warm_block(ev: Evidence, candidate: str, reference: str | None = None
         rows = (w.get("verdicts", []) if reference is None else  # else warmstart.ALSO's
                 [r for r in warmstart.also_verdicts(w) if r["reference"] == reference])
         rows = [r for r in rows if r["candidate"] == candidate]
-        planned = int(w.get("warm", {}).get("seeds", 5))
-        if not rows or min(int(r.get("n") or 0) for r in rows) < planned:
+        # the seeds planned when these blocks were fixed (the study's default then): not the
+        # file's warm.seeds, which is the last command's setting (9 for the lr-rule blocks)
+        if not rows or min(int(r.get("n") or 0) for r in rows) < WARM_SEEDS:
             return [], {}
     except (AttributeError, TypeError, KeyError, ValueError):  # no file, or not a study's
         return [], {}
@@ -175,6 +176,7 @@ LR_RULES = {"linear": "lr x N", "linear-wu1": "lr x N with a warm-up", "sqrt": "
             "none": "lr"}
 LR_WORKERS = (2, 4)
 LR_SEEDS = 5
+WARM_SEEDS = 5  # a warm-start block of the first claims (the paper's rule, local SGD) counts from here
 
 
 def lr_rule(ev: Evidence) -> Outcome:

@@ -100,6 +100,7 @@ def _run_info(ev: Evidence) -> dict:
     try:
         env = json.loads((ev.root / ".venv/gan3d-build.json").read_text())
         info["environment_seconds"] = int(env["seconds"])
+        info["horovod_build"] = env.get("horovod", "unknown")  # compiled, or cached before
     except (OSError, ValueError, TypeError, KeyError):
         pass
     return info
@@ -243,7 +244,9 @@ def run_cost(run: dict) -> str:
     if not secs:
         return ""
     env = run.get("environment_seconds")
-    built = (f"; building the environment took {env / 60:.1f} min" if env else "")
+    how = {"cached": " (Horovod's wheel from the cache of an earlier build; a first build also "
+                     "compiles it)", "compiled": " (Horovod compiled)"}.get(run.get("horovod_build"), "")
+    built = (f"; building the environment took {env / 60:.1f} min{how}" if env else "")
     return (f"What it cost: the notebooks took {sum(secs.values()) / 60:.1f} min on "
             f"{run.get('cores') or '?'} cores of an {run.get('cpu') or '?'} "
             f"({', '.join(f'{nb[:2]}: {s / 60:.1f}' for nb, s in secs.items())} min){built}.")
