@@ -121,7 +121,7 @@ def test_figures_show_the_summaries(small_run):
     assert len(vplots.ecal_sum_per_bin({k: result.samples(k) for k in result.bins}).axes) == 1
     overview = vplots.metric_overview(data)
     assert [a.get_title() for a in overview.axes] == [
-        "classifier on 18 high-level features", "Frechet physics distance (FPD)",
+        "classifier on the 151 high-level features", "Frechet physics distance (FPD)",
         "3DGAN metric: moments and profiles", "sampling-fraction histograms"]
     assert all(a.get_ylabel() for a in overview.axes)  # each says what its axis measures
     reg = vplots.energy_regression(result.reference["inclusive"],

@@ -43,7 +43,10 @@ NOT_MEASURED: dict[str, str] = {
 MEASURED = re.compile(
     r"(?<![\w.,])\d[\d,]*(?:\.\d+)?(?:[x×](?!\w)|\s?(?:%|showers/s|[GT]FLOP/s|[GM]B/s"
     r"|ms\b|s\b|min\b|minutes?\b|h\b|hours?\b|seconds?\b))")
-_SKIP = re.compile(r"```.*?```|`[^`\n]*`|<!--q:.*?<!--/q-->|<!--.*?-->|\]\([^)]*\)", re.S)
+# Also the README's claims block: rendered from figures/claims.json (the run's own record, cost
+# line included), and test_claims.py checks that it is current.
+_SKIP = re.compile(r"```.*?```|`[^`\n]*`|<!--q:.*?<!--/q-->|<!-- claims:begin -->.*?<!-- claims:end -->"
+                   r"|<!--.*?-->|\]\([^)]*\)", re.S)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -274,7 +274,7 @@ def energy_regression(reference, generators: Mapping, *, ax=None):
 
 # Each metric's panel: a title that says what is measured, and its y axis.
 METRIC_TITLES = {
-    "auc_high": ("classifier on 18 high-level features", "AUC (0.5: cannot tell them apart)"),
+    "auc_high": ("classifier on the 151 high-level features", "AUC (0.5: cannot tell them apart)"),
     "fpd": ("Frechet physics distance (FPD)", "FPD (0: same distribution)"),
     "three_dgan": ("3DGAN metric: moments and profiles", "relative error (0: same means)"),
     "sep:sampling_fraction": ("sampling-fraction histograms", "separation power (0: same shape)"),
