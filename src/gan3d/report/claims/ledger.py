@@ -249,7 +249,7 @@ def run_cost(run: dict) -> str:
     built = (f"; building the environment took {env / 60:.1f} min{how}" if env else "")
     return (f"What it cost: the notebooks took {sum(secs.values()) / 60:.1f} min on "
             f"{run.get('cores') or '?'} cores of an {run.get('cpu') or '?'} "
-            f"({', '.join(f'{nb[:2]}: {s / 60:.1f}' for nb, s in secs.items())} min){built}.")
+            f"({', '.join(f'{nb[:2]}: {s / 60:.1f}' for nb, s in sorted(secs.items()))} min){built}.")
 
 
 def update_readme(path: str | Path, data: dict) -> bool:
