@@ -136,7 +136,7 @@ def warm_description(warm: dict, path: str, cfg: Config) -> str:
                      f"{np.median([x['showers_per_s'] for x in rs]):.1f} showers/s"
                      for c, rs in _by_config(warm).items())
     yes = {True: "yes", False: "no"}
-    return (f"`{path}`: **{state['done']} runs** ({runs}), forked from `{parent['path']}` (epoch "
+    return (f"`{path}`: **{len(warm['runs'])} runs** ({runs}), forked from `{parent['path']}` (epoch "
             f"{parent['epoch']}, {parent['showers_seen']:,} showers, SHA-256 "
             f"{parent['sha256'][:12]}); made by commit `{str(prov.get('commit'))[:7]}` "
             f"({'clean' if prov.get('clean') else 'uncommitted changes'}) on "
