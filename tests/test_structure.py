@@ -6,6 +6,7 @@ the tree. Imports inside functions count like any other."""
 from __future__ import annotations
 
 import ast
+import json
 import re
 from pathlib import Path
 
@@ -171,7 +172,6 @@ def test_the_top_level_holds_at_most_8_modules():
 
 def _code_lines(notebook: Path) -> int:
     """Lines of code in a notebook's code cells: neither blank nor only a comment."""
-    import json
     cells = json.loads(notebook.read_text())["cells"]
     return sum(1 for c in cells if c["cell_type"] == "code"
                for line in "".join(c["source"]).splitlines()
@@ -184,7 +184,6 @@ def test_notebooks_01_to_04_are_thin():
     notebooks = sorted((README.parent / "notebooks").glob("0[1-4]_*.ipynb"))
     assert len(notebooks) == 4
     assert {nb.name: _code_lines(nb) for nb in notebooks if _code_lines(nb) > 120} == {}
-    import json
     built = [nb.name for nb in notebooks for c in json.loads(nb.read_text())["cells"]
              if c["cell_type"] == "code" and "|---" in "".join(c["source"])]
     assert built == []

@@ -18,7 +18,7 @@ from ..parallel.runtime import apply_process_defaults
 
 log = console.get_logger(__name__)
 
-__all__ = ["run_notebook", "kernel_log_of", "quiet_dead_kernel_tasks"]
+__all__ = ["run_notebook", "quiet_dead_kernel_tasks"]
 
 
 def run_notebook(source: str | Path, output: str | Path, parameters: Mapping[str, Any] | None = None,
@@ -41,7 +41,7 @@ def run_notebook(source: str | Path, output: str | Path, parameters: Mapping[str
         raise NotebookFailed(f"notebook {source} does not exist")
     ensure_dir(output.parent)
     bar: bool | dict = {"desc": progress, "unit": "cell"} if isinstance(progress, str) else progress
-    kernel_log = kernel_log_of(output)
+    kernel_log = output.with_suffix(".kernel.log")  # the kernel's own stderr
     try:
         pm.execute_notebook(
             str(source), str(output), parameters=dict(parameters or {}), kernel_name=kernel,
@@ -59,11 +59,6 @@ def run_notebook(source: str | Path, output: str | Path, parameters: Mapping[str
         quiet_dead_kernel_tasks()
         raise
     return output
-
-
-def kernel_log_of(output: str | Path) -> Path:
-    """Where the kernel that executes into ``output`` writes its own messages."""
-    return Path(output).with_suffix(".kernel.log")
 
 
 def _logged_kernel(log: Path) -> type:
