@@ -27,7 +27,7 @@ from .exceptions import ConfigError
 
 __all__ = ["DataConfig", "TrainConfig", "ScaleConfig", "ValidationConfig", "StudyConfig",
            "WarmConfig", "PipelineConfig", "Config", "PROFILES", "resolve", "parse_overrides",
-           "to_dict", "from_dict", "flatten", "changes", "resolved_precision",
+           "to_dict", "from_dict", "flatten", "resolved_precision",
            "TRAINING_AUTO_CPU_BF16"]
 
 PROFILES = ("quick", "paper", "study")
@@ -381,17 +381,6 @@ def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             flat[key] = v
     return flat
-
-
-def changes(saved: Mapping[str, Any], cfg: "Config", keys: tuple[str, ...]
-            ) -> dict[str, list[Any]]:
-    """``{key: [saved value, cfg's value]}`` for each of the dotted ``keys`` in which ``cfg``
-    differs from a saved configuration (:func:`to_dict` form; keys added since it was saved
-    count with their defaults, which keep the old behaviour)."""
-    old = flatten(to_dict(Config())) | flatten(saved)
-    new = flatten(to_dict(cfg))
-    norm = (lambda v: list(v) if isinstance(v, tuple) else v)  # noqa: E731 - JSON has lists
-    return {k: [old.get(k), new.get(k)] for k in keys if norm(old.get(k)) != norm(new.get(k))}
 
 
 def parse_overrides(items: list[str] | None) -> dict[str, Any]:

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from .. import console
-from ..config import Config, changes, lr_factor, to_dict
+from ..config import Config, lr_factor, to_dict
 from ..exceptions import CheckpointError
 from ..io import atomic_path, ensure_dir, provenance, repository_of, resolve_path, write_json
 
@@ -150,12 +150,40 @@ def restore_variables(variables: list, meta: dict, arrays: list[np.ndarray], pat
         v.assign(a)
 
 
+def _changes(saved: dict, cfg: Config) -> dict[str, list[Any]]:
+    """``{key: [saved value, cfg's value]}`` for each of :data:`TRAJECTORY_KEYS` in which ``cfg``
+    differs from a saved configuration (:func:`~gan3d.config.to_dict` form). A key added since it
+    was saved counts with its default, which keeps the old behaviour."""
+    default, now = dataclasses.asdict(Config()), dataclasses.asdict(cfg)
+    found = {}
+    for key in TRAJECTORY_KEYS:
+        old, new = _at(saved, key), _at(now, key)
+        old = _at(default, key) if old is _ABSENT else old
+        if _as_json(old) != _as_json(new):
+            found[key] = [old, new]
+    return found
+
+
+_ABSENT = object()
+
+
+def _at(tree: dict, key: str) -> Any:
+    """The value at the dotted ``key`` of nested dicts, or ``_ABSENT``."""
+    for part in key.split("."):
+        tree = tree.get(part, _ABSENT) if isinstance(tree, dict) else _ABSENT
+    return tree
+
+
+def _as_json(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value  # JSON has lists, not tuples
+
+
 def check_compatible(meta: dict, cfg: Config, path: str | Path, workers: int | None = None) -> None:
     """Refuse to resume under settings that would change the trajectory (epochs may grow),
     including another number of ``workers``: with it the learning rate (x workers) and every
     rank's shard of the data would change silently."""
     # Keys added since the checkpoint was written had their default then.
-    differ = changes(meta["config"], cfg, TRAJECTORY_KEYS)
+    differ = _changes(meta["config"], cfg)
     was = int(meta.get("workers", workers or 1))
     lr_old, lr_new = (cfg.train.learning_rate * lr_factor(cfg.train, n)
                       for n in (was, workers or was))
@@ -213,7 +241,7 @@ def fork(path: str | Path, cfg: Config, workers: int) -> Start:
             f"train.fork_from = {source} has trained {done} epochs and train.epochs = "
             f"{cfg.train.epochs}: a fork continues the count, so set train.epochs above {done} "
             f"(e.g. --epochs {done + 10} for 10 more)")
-    changed = changes(meta["config"], cfg, TRAJECTORY_KEYS)
+    changed = _changes(meta["config"], cfg)
     was = int(meta.get("workers", 1))
     if was != workers:
         changed["workers"] = [was, workers]

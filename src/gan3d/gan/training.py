@@ -52,6 +52,7 @@ Outputs in ``resolve_path(cfg.train.output)`` (rank 0 writes; every file atomica
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import time
@@ -150,7 +151,8 @@ def data_files(cfg: Config, workers: int = 1) -> tuple[list[str], list[str]]:
         # Idempotent: reuses intact files. Inside an MPI job rank 0 is bound to its own cores,
         # so it writes alone (make large sets beforehand with `gan3d data generate`).
         generate_dataset(cfg.data, workers=1 if workers > 1 else None)
-    found = files.list_files(resolve_path(cfg.data.path))
+    folder = resolve_path(cfg.data.path)
+    found = files.list_files(folder)
     train_files, test_files = files.split_files(found, cfg.data.test_fraction)
     for path in found:  # bad data stops here, named, before any rank builds a model
         for note in files.screen(path, cfg.data.theta_window or None):
@@ -163,11 +165,13 @@ def build_step(cfg: Config):
     return backend_named(cfg.train.backend).build_step(cfg)
 
 
-def _prepare_output(cfg: Config, resume: bool, force: bool) -> Path:
-    """Lock the output folder for this run (:func:`train` frees it) and create it (an unwritable
-    one fails here). A folder holding another run is refused unless the run resumes it or
+def _prepare_output(cfg: Config, resume: bool, force: bool,
+                    held: contextlib.ExitStack) -> Path:
+    """Lock the output folder for this run (``held`` frees it when :func:`train` ends) and create
+    it (an unwritable one fails here). A folder holding another run is refused unless the run resumes it or
     ``force`` replaces it; a fresh run forgets old epochs."""
     out = lock_run(cfg.train.output)
+    held.callback(unlock_run, out)
     held = sorted((out / "checkpoints").glob("epoch-*.npz"))
     if not (resume or force) and (held or (out / "history.jsonl").is_file()
                                   or (out / "generator.keras").is_file()):
@@ -203,14 +207,15 @@ class _SetUp:
     start: checkpoints.Start     # from scratch, a resume or a fork
 
 
-def _set_up(be, cfg: Config, workers: int, resume: bool, force: bool) -> _SetUp:
+def _set_up(be, cfg: Config, workers: int, resume: bool, force: bool,
+            held: contextlib.ExitStack) -> _SetUp:
     """Rank 0: everything a user can get wrong, checked before any model is built - the settings
     the backend refuses (``auto`` precision resolved on rank 0's device first), the output folder
     (locked for this run: a second run into it refuses at once), the data, and the checkpoint a
     resume or a fork starts from."""
     cfg = be.resolve(cfg)
     be.check(cfg)
-    out = _prepare_output(cfg, resume, force)
+    out = _prepare_output(cfg, resume, force, held)
     train_files, test_files = data_files(cfg, workers)
     if workers != cfg.train.workers:
         _say(f"running on {workers} worker(s); train.workers = {cfg.train.workers} only tells "
@@ -237,9 +242,11 @@ def train(cfg: Config, *, resume: bool = False, force: bool = False) -> TrainRes
     be.prepare()  # the JAX backend: Keras on JAX, before keras is imported
     # 1. Join the other ranks; each takes its GPU (if any) and its share of the cores.
     world = be.init()  # DISTRIBUTED: first thing, before TensorFlow or JAX runs an op
-    # 2. Rank 0 checks and prepares; every rank gets its decisions, or the same error.
-    try:
-        run = collective(world, lambda: _set_up(be, cfg, world.size, resume, force))  # DISTRIBUTED
+    # 2. Rank 0 checks and prepares (and locks the output folder: `held` frees it however the
+    #    run ends); every rank gets its decisions, or the same error.
+    with contextlib.ExitStack() as held:
+        run = collective(world,  # DISTRIBUTED
+                         lambda: _set_up(be, cfg, world.size, resume, force, held))
         cfg, out, start = run.cfg, run.output, run.start
         # 3. The networks and their optimisers (the learning rate is scaled with the workers at
         #    every step: learning_rate), restored on rank 0 where the run resumes or forks.
@@ -265,9 +272,6 @@ def train(cfg: Config, *, resume: bool = False, force: bool = False) -> TrainRes
             epoch_times=epoch_times, final=dict(loop.history[-1]) if loop.history else {},
             forked_from=start.fork["from"] if start.fork else None,
         )
-    finally:  # the folder is free for the next run, however this one ended
-        if world.is_root:
-            unlock_run(cfg.train.output)
 
 
 class _Loop:
