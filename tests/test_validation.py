@@ -145,6 +145,10 @@ def test_figures_show_the_summaries(small_run):
     check = vplots.validator_check({"reference": {"AUC": 0.5, "FPD": 0.01},
                                     "wider": {"AUC": 1.0, "FPD": 20.0}})
     assert [a.get_title() for a in check.axes] == ["AUC", "FPD"]
+    # samples smaller than twice the features have no FPD (NaN): the panel says so
+    small = vplots.validator_check({"reference": {"AUC": 0.5, "FPD": np.nan},
+                                    "wider": {"AUC": 1.0, "FPD": np.nan}})
+    assert "not computed" in small.axes[1].texts[-1].get_text()
 
 
 def test_relative_resolution_and_its_error():
@@ -238,6 +242,9 @@ def test_what_notebook_04_says_is_computed_from_its_numbers():
             "AUC 0.90") in text
     assert text.endswith("FPD 0.01 ± 0.005, the noise floor at 300 showers: `metrics.json` carries "
                          "every error next to its value.")
+    no_fpd = {"value": np.nan, "error": np.nan, "note": "needs at least 302 showers per sample"}
+    text = validation.check_reading({k: dict(v, fpd=no_fpd) for k, v in check.items()}, 60)
+    assert "and no FPD (needs at least 302 showers per sample), the noise floor at 60" in text
     table = {"1 worker": {"energy": [50.0, 100.0], "resolution": [0.02, 0.015],
                           "error": [0.001, 0.0005], "fit": {"a": 0.15, "b": 0.0012}}}
     assert validation.resolution_lines(table) == (

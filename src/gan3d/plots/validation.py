@@ -337,6 +337,9 @@ def validator_check(cases: Mapping[str, Mapping[str, float]], reference: str = "
         if m == "AUC":
             ax.set_ylim(0, 1.12)
             ax.axhline(0.5, color="k", lw=0.8, ls=":")
+        elif np.isnan(vals).all():  # FPD of samples smaller than twice the features
+            ax.text(0.5, 0.5, "not computed:\nsamples too small", transform=ax.transAxes,
+                    ha="center", va="center", fontsize=8)
         else:  # values span decades; symlog keeps a value compatible with 0 visible
             ax.set_yscale("symlog", linthresh=1e-3)
             ax.set_ylim(min(0.0, np.nanmin(vals)), 5 * np.nanmax(np.abs(vals)))

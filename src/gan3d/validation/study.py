@@ -473,8 +473,10 @@ def check_reading(check: Mapping[str, dict], n_showers: int) -> str:
         lines.append(f"*{case}*: {metric} {cases[case][metric]:.3g} against {ref[metric]:.3g} for "
                      f"the second reference sample (x{ratio:.0f}); AUC {cases[case]['AUC']:.2f}")
     fpd = check["reference"]["fpd"]
+    fpd = (f"FPD {fpd['value']:.3g} ± {fpd['error']:.2g}" if "note" not in fpd else
+           f"no FPD ({fpd['note']})")
     return ("Reading: " + "; ".join(lines) + f". The two reference samples score AUC "
-            f"{ref['AUC']:.2f} and FPD {fpd['value']:.3g} ± {fpd['error']:.2g}, the noise floor at "
+            f"{ref['AUC']:.2f} and {fpd}, the noise floor at "
             f"{n_showers} showers: `metrics.json` carries every error next to its value.")
 
 
