@@ -1,5 +1,5 @@
-"""studies/README.md's progress of the long runs is their checkpoints' (gan3d.validation.longruns:
-the sessions' numbers, which notebook 04 shows too; tools/pages/longruns.py: the page's blocks).
+"""studies/README.md's progress of the long runs is their checkpoints' (tools/pages/longruns.py:
+the sessions' numbers and the standing table, rendered into the page's blocks).
 
 The committed page must be current; the mutations below show that a number edited by hand, a
 session left out, rows that do not chain and a checkpoint that moved on without a row are caught,
@@ -24,7 +24,7 @@ PAGE = ROOT / "studies" / "README.md"
 
 
 def _session_rows(text: str) -> list[str]:
-    block = text.split(longruns.SESSIONS_BEGIN)[1].split(longruns.SESSIONS_END)[0]
+    block = text.split(page_blocks.SESSIONS_BEGIN)[1].split(page_blocks.SESSIONS_END)[0]
     return [line for line in block.strip().splitlines()[2:]]
 
 
@@ -41,7 +41,7 @@ def test_the_committed_page_is_current():
 
 
 def test_each_sessions_row_is_the_median_and_range_of_its_epochs_rates():
-    hist = {run: r.history for run, r in longruns.runs(ROOT).items()}
+    hist = {run: r.history for run, r in page_blocks.runs(ROOT).items()}
     rows = _session_rows(PAGE.read_text())
     assert rows
     for line in rows:
@@ -55,7 +55,7 @@ def test_each_sessions_row_is_the_median_and_range_of_its_epochs_rates():
 
 
 def test_the_standing_table_says_where_each_committed_checkpoint_is():
-    found = longruns.runs(ROOT)
+    found = page_blocks.runs(ROOT)
     text = PAGE.read_text()
     block = text.split(page_blocks.STANDING_BEGIN)[1].split(page_blocks.STANDING_END)[0]
     rows = {c[0]: c for c in ([x.strip() for x in line.strip("|").split("|")]
@@ -143,27 +143,27 @@ def test_estimates_are_quoted_to_two_significant_digits():
     assert page_blocks._rounded("met now") == "met now"
 
 
-def test_the_sessions_table_notebook_04_shows_is_the_pages():
-    block = PAGE.read_text().split(longruns.SESSIONS_BEGIN)[1].split(longruns.SESSIONS_END)[0]
-    assert longruns.sessions_table(ROOT) == block.strip()
+def test_the_sessions_table_is_the_pages():
+    block = PAGE.read_text().split(page_blocks.SESSIONS_BEGIN)[1].split(page_blocks.SESSIONS_END)[0]
+    assert page_blocks.sessions_table(ROOT) == block.strip()
 
 
 def test_the_sessions_table_needs_its_markers_once(tmp_path):
     (tmp_path / "studies").mkdir()
     page = tmp_path / "studies" / "README.md"
-    page.write_text(PAGE.read_text().replace(longruns.SESSIONS_END, ""))
+    page.write_text(PAGE.read_text().replace(page_blocks.SESSIONS_END, ""))
     with pytest.raises(PageBlockError, match="needs one"):
-        longruns.sessions_table(tmp_path)
+        page_blocks.sessions_table(tmp_path)
 
 
 def test_the_sessions_chain_from_each_runs_recorded_fork():
     """The chain starts at the fork the checkpoint records, not at a number in the code."""
-    found = longruns.runs(ROOT)
-    block = PAGE.read_text().split(longruns.SESSIONS_BEGIN)[1].split(longruns.SESSIONS_END)[0]
-    assert longruns.sessions_block(block, found) == block.strip()
+    found = page_blocks.runs(ROOT)
+    block = PAGE.read_text().split(page_blocks.SESSIONS_BEGIN)[1].split(page_blocks.SESSIONS_END)[0]
+    assert page_blocks.sessions_block(block, found) == block.strip()
     moved = {run: r._replace(fork=r.fork - 1) for run, r in found.items()}
     with pytest.raises(StudyFileError, match="must chain"):
-        longruns.sessions_block(block, moved)
+        page_blocks.sessions_block(block, moved)
 
 
 SHIPPED = {"1 worker": "long-1w", "2 workers": "long-2w"}  # gan3d.gan.reference.SHIPPED's names
@@ -233,4 +233,3 @@ def test_the_shipped_pair_is_read_as_the_committed_long_runs():
         assert lab == longruns.label(rec) and rec["source"] in ("long-1w", "long-2w")
     assert longruns.are_committed(found)
     assert not longruns.are_committed(dict(list(found.items())[:1]))
-    assert longruns.sessions_section(ROOT).endswith(longruns.sessions_table(ROOT))

@@ -15,10 +15,10 @@ import pytest
 
 from gan3d.data.calorimeter import sampling_fraction_fit
 from gan3d.gan import reference
-from gan3d.validation import longruns, monitors, trend
+from gan3d.validation import monitors, trend
 from gan3d.validation import study as validation
 
-from conftest import NOTEBOOKS, ROOT
+from conftest import NOTEBOOKS
 from figure_data import integral, one, panels, series, values
 
 pytestmark = [pytest.mark.notebook, pytest.mark.slow]
@@ -128,10 +128,10 @@ def test_notebook_runs_and_writes_figures(run_notebook, tmp_path):
         for name, e in est.items():
             assert runs[lab]["showers_to_goal"][name]["showers"] == pytest.approx(e["showers"],
                                                                                  nan_ok=True)
-    # the committed runs' sessions, as studies/README.md records them and the histories count them
+    # the committed runs: the sessions that trained them are the page's record
     shown = "".join(o.get("data", {}).get("text/markdown", "") for c in
                     nbformat.read(out, as_version=4).cells if c.cell_type == "code" for o in c.outputs)
-    assert "**The sessions spent**" in shown and longruns.sessions_table(ROOT) in shown
+    assert "The sessions that trained the committed runs: `studies/README.md`." in shown
     (curves_ax, *_) = panels(figures, "validation_long_runs.png")
     lines = [s for s in series(curves_ax, "line") if s["label"] in long]
     assert [s["label"] for s in lines] == list(long)
