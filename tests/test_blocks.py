@@ -1,11 +1,13 @@
-"""gan3d.report.blocks: the marked blocks that the README's claims and the long runs' page are
+"""tools/pages/blocks.py: the marked blocks that the README's claims and the long runs' page are
 rendered into - found once each, replaced in place, written only when changed."""
 
 from __future__ import annotations
 
 import pytest
 
-from gan3d.report import blocks, claims
+from gan3d.report.claims import VERDICTS
+from pages import blocks
+from pages import claims as readme
 from gan3d.exceptions import PageBlockError
 
 MARKS = {"a": ("<!-- a -->", "<!-- /a -->"), "b": ("<!-- b -->", "<!-- /b -->")}
@@ -48,9 +50,9 @@ def test_write_if_changed_writes_only_a_change(tmp_path):
 
 
 def test_the_readmes_claims_block_must_be_there_once(tmp_path):
-    data = {"run": {}, "provenance": {}, "claims": [], "counts": {v: 0 for v in claims.VERDICTS}}
+    data = {"run": {}, "provenance": {}, "claims": [], "counts": {v: 0 for v in VERDICTS}}
     page = tmp_path / "README.md"
-    page.write_text(f"x\n{claims.BEGIN}\n{claims.END}\n{claims.BEGIN}\n")
+    page.write_text(f"x\n{readme.BEGIN}\n{readme.END}\n{readme.BEGIN}\n")
     with pytest.raises(PageBlockError, match="claims' summary"):
-        claims.update_readme(page, data)
-    assert page.read_text() == f"x\n{claims.BEGIN}\n{claims.END}\n{claims.BEGIN}\n"  # untouched
+        readme.update_readme(page, data)
+    assert page.read_text() == f"x\n{readme.BEGIN}\n{readme.END}\n{readme.BEGIN}\n"  # untouched

@@ -13,6 +13,7 @@ import pytest
 from gan3d.report import claims
 from gan3d.report.claims import equivalence, registry, rules
 from gan3d.io import repo_root
+from pages import claims as page
 
 ROOT = repo_root()
 
@@ -421,22 +422,22 @@ def test_the_readme_summary_is_the_committed_ledger(tmp_path):
     """README.md's block is rendered from figures/claims.json; editing either side fails."""
     data = json.loads((ROOT / "figures" / "claims.json").read_text())
     readme = (ROOT / "README.md").read_text()
-    block = readme.split(claims.BEGIN)[1].split(claims.END)[0]
-    assert block.strip() == claims.readme_block(data).strip(), (
+    block = readme.split(page.BEGIN)[1].split(page.END)[0]
+    assert block.strip() == page.readme_block(data).strip(), (
         "README.md's claims summary is stale: run "
-        "`python -m gan3d.report.claims --readme README.md`")
+        "`python tools/pages claims --write`")
     # CLAIMS.md and claims.json come from the same run.
     assert claims.summary_line(data) in (ROOT / "figures" / "CLAIMS.md").read_text()
     # The mutations: a verdict changed in a copy of the JSON, or a word in a copy of the README.
     copy = tmp_path / "README.md"
     copy.write_text(readme)
-    assert claims.update_readme(copy, data) is False  # current
+    assert page.update_readme(copy, data) is False  # current
     data["claims"][0]["verdict"] = ("inconclusive" if data["claims"][0]["verdict"] != "inconclusive"
                                     else "reproduced")
     data["counts"] = {v: sum(r["verdict"] == v for r in data["claims"]) for v in claims.VERDICTS}
-    assert claims.readme_block(data).strip() != block.strip()
-    assert claims.update_readme(copy, data) is True
-    assert claims.readme_block(data) in copy.read_text()
+    assert page.readme_block(data).strip() != block.strip()
+    assert page.update_readme(copy, data) is True
+    assert page.readme_block(data) in copy.read_text()
 
 
 def test_energy_is_an_answer_only_when_counters_measured_it(tmp_path):

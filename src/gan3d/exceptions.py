@@ -116,7 +116,7 @@ class StudyFileError(Gan3dError, ValueError):
 
 class PageBlockError(Gan3dError, ValueError):
     """A page (README.md, studies/README.md) lacks a block that gan3d renders into, holds its
-    markers twice or in the wrong order (:mod:`gan3d.report.blocks`)."""
+    markers twice or in the wrong order (the pages' blocks that `tools/pages` renders)."""
 
 
 class UncommittedChanges(StudyFileError):

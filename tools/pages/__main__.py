@@ -1,5 +1,5 @@
 """``python tools/pages [--check | --write]``: every page's rendered numbers checked or rewritten;
-``python tools/pages quotes|longruns ARGS``: one of them, with its own options (``--help``)."""
+``python tools/pages quotes|longruns|claims ARGS``: one of them, with its own options (``--help``)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ TOOLS = Path(__file__).resolve().parents[1]
 if str(TOOLS) not in sys.path:  # run as a folder: its parent holds the package
     sys.path.insert(0, str(TOOLS))
 
-from pages import longruns, quotes  # noqa: E402 - after the path above
+from pages import claims, longruns, quotes  # noqa: E402 - after the path above
 
-COMMANDS = {"quotes": quotes.main, "longruns": longruns.main}
+COMMANDS = {"quotes": quotes.main, "longruns": longruns.main, "claims": claims.main}
 
 
 def main(argv: list[str]) -> int:
@@ -25,7 +25,8 @@ def main(argv: list[str]) -> int:
     pages = [str(root / "README.md"), *map(str, sorted((root / "docs").glob("*.md")))]
     write = ["--write"] if argv == ["--write"] else []
     status = quotes.main([*write, *pages])
-    return max(status, longruns.main([*write, "--root", str(root)]))
+    return max(status, longruns.main([*write, "--root", str(root)]),
+               claims.main([*write, "--root", str(root)]))
 
 
 if __name__ == "__main__":

@@ -31,10 +31,10 @@ from typing import NamedTuple
 
 from gan3d.exceptions import PageBlockError, StudyFileError
 from gan3d.io import repo_root
-from gan3d.report import blocks
 from gan3d.validation import trend
 from gan3d.validation.longruns import BUDGET, RUNS
 from gan3d.validation.study import checkpoint_record, newest_checkpoint
+from pages import blocks
 
 __all__ = ["SESSIONS_BEGIN", "SESSIONS_END", "STANDING_BEGIN", "STANDING_END", "MARKERS", "LAST",
            "Run", "runs", "sessions_block", "sessions_table", "last_session_epoch_s",

@@ -7,9 +7,7 @@ other room measured.
 * :mod:`~gan3d.report.figure_index` - ``figures/README.md``: each figure, what of the paper it
   reproduces, the training budget of the generators it draws;
 * :mod:`~gan3d.report.claims` - the claims ledger: each result of the paper and promise of the
-  package decided from the results (``figures/CLAIMS.md``; ``python -m gan3d.report.claims``);
-* :mod:`~gan3d.report.blocks` - the marked blocks of a page that are rendered, not typed (the
-  README's claims summary): found once each, replaced in place, written only when changed.
+  package decided from the results (``figures/CLAIMS.md``; ``python -m gan3d.report.claims``).
 
 This room may import every other room; none of them imports it (``tests/test_structure.py``).
 """

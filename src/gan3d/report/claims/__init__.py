@@ -27,13 +27,11 @@ present.
 
 from __future__ import annotations
 
-from .ledger import (BEGIN, END, evaluate, ledger, main, markdown, notebook_rows, readme_block,
-                     summary_line, update_readme, write)
+from .ledger import evaluate, ledger, main, markdown, notebook_rows, summary_line, write
 from .outcome import KINDS, VERDICTS, Claim, Evidence, MissingEvidence, Outcome
 from .registry import CLAIMS
 from .equivalence import decide_equivalence, seeds_to_decide
 
 __all__ = ["VERDICTS", "KINDS", "Claim", "Outcome", "Evidence", "MissingEvidence", "CLAIMS",
            "evaluate", "ledger", "markdown", "write", "notebook_rows", "summary_line",
-           "readme_block", "update_readme", "BEGIN", "END",
            "decide_equivalence", "seeds_to_decide", "main"]

@@ -11,14 +11,12 @@ from typing import Any
 
 from ... import console
 from ...io import atomic_path, provenance, repo_root, write_json
-from .. import blocks
 from .outcome import VERDICTS, Claim, Evidence, MissingEvidence, Outcome
 from .registry import CLAIMS
 
 log = console.get_logger(__name__)
 
-__all__ = ["evaluate", "ledger", "markdown", "write", "notebook_rows", "summary_line",
-           "readme_block", "update_readme", "BEGIN", "END", "main"]
+__all__ = ["evaluate", "ledger", "markdown", "write", "notebook_rows", "summary_line", "main"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -211,72 +209,13 @@ def notebook_rows(step: str, results_dir: str | Path | None = None) -> str:
                       "`figures/CLAIMS.md`)", "", *_table(data["claims"])])
 
 
-BEGIN, END = "<!-- claims:begin -->", "<!-- claims:end -->"
-
-
-def readme_block(data: dict) -> str:
-    """The README's summary of a ledger: the counts, then one line per claim with its verdict."""
-    run = data["run"]
-    lines = [f"**{summary_line(data)}** in the last `make figures` (profile "
-             f"`{run.get('profile') or '?'}`, {run.get('cpu') or '?'}, "
-             f"{str(data['provenance'].get('time_utc', '?'))[:10]}):", ""]
-    for verdict in VERDICTS:
-        rows = [r for r in data["claims"] if r["verdict"] == verdict]
-        if rows:
-            by_kind = [f"{KIND_WORDS[k]}: " + ", ".join(f"`{r['id']}`" for r in rows
-                                                         if r["kind"] == k)
-                       for k in KIND_WORDS if any(r["kind"] == k for r in rows)]
-            lines.append(f"- *{verdict}* ({len(rows)}) - " + "; ".join(by_kind))
-    cost = run_cost(run)
-    if cost:
-        lines += ["", cost]
-    return "\n".join(lines)
-
-
-# How a claim's value was obtained, as the README's tally says it.
-KIND_WORDS = {"measured": "measured here", "modelled": "modelled on the paper's hardware",
-              "study": "from a committed study", "estimated": "estimated"}
-
-
-def run_cost(run: dict) -> str:
-    """What the last run cost on its machine, from its own record (empty when not recorded)."""
-    secs = run.get("notebook_seconds") or {}
-    if not secs:
-        return ""
-    env = run.get("environment_seconds")
-    how = {"cached": " (Horovod's wheel from the cache of an earlier build; a first build also "
-                     "compiles it)", "compiled": " (Horovod compiled)"}.get(run.get("horovod_build"), "")
-    built = (f"; building the environment took {env / 60:.1f} min{how}" if env else "")
-    return (f"What it cost: the notebooks took {sum(secs.values()) / 60:.1f} min on "
-            f"{run.get('cores') or '?'} cores of an {run.get('cpu') or '?'} "
-            f"({', '.join(f'{nb[:2]}: {s / 60:.1f}' for nb, s in sorted(secs.items()))} min){built}.")
-
-
-def update_readme(path: str | Path, data: dict) -> bool:
-    """Rewrite the block between :data:`BEGIN` and :data:`END` of ``path`` from ``data``;
-    True if it changed."""
-    text = Path(path).read_text()
-    at = blocks.spans(text, {"claims": (BEGIN, END)}, f"{path} (the claims' summary)")
-    return blocks.write_if_changed(path, text, blocks.replaced(text, at,
-                                                               {"claims": readme_block(data)}))
-
-
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m gan3d.report.claims",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--root", help="the checkout whose results/ and studies/ are read")
-    parser.add_argument("--readme", metavar="README", help="only rewrite this file's claims "
-                        "summary from the committed figures/claims.json (decides nothing)")
     args = parser.parse_args(argv)
-    root = Path(args.root) if args.root else repo_root()
-    if args.readme:
-        data = json.loads((root / "figures" / "claims.json").read_text())
-        changed = update_readme(args.readme, data)
-        print(f"{args.readme}: {'rewritten' if changed else 'current'} ({summary_line(data)})")
-        return 0
-    data = write(root)
+    data = write(Path(args.root) if args.root else repo_root())
     print(summary_line(data))
     return 0
-

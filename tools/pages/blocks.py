@@ -1,7 +1,7 @@
-"""Marked blocks of a page: the text between two HTML comments that gan3d renders.
+"""Marked blocks of a page: the text between two HTML comments that ``tools/pages`` renders.
 
-The README's claims summary (:mod:`gan3d.report.claims`) and the long runs' progress in
-``studies/README.md`` (the repository's ``tools/pages``) are not typed by hand: each sits between
+The README's claims summary (:mod:`pages.claims`) and the long runs' progress in
+``studies/README.md`` (:mod:`pages.longruns`) are not typed by hand: each sits between
 a begin and an end marker (``<!-- claims:begin -->`` ... ``<!-- claims:end -->``) and is
 rewritten from the results it states. :func:`spans` finds each block's content - every marker
 exactly once, the begin before its end, or a :class:`~gan3d.exceptions.PageBlockError` that says
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..exceptions import PageBlockError
-from ..io import atomic_path
+from gan3d.exceptions import PageBlockError
+from gan3d.io import atomic_path
 
 __all__ = ["spans", "replaced", "write_if_changed"]
 
