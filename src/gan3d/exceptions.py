@@ -115,8 +115,8 @@ class StudyFileError(Gan3dError, ValueError):
 
 
 class PageBlockError(Gan3dError, ValueError):
-    """A page (README.md, studies/README.md) lacks a block that gan3d renders into, holds its
-    markers twice or in the wrong order (the pages' blocks that `tools/pages` renders)."""
+    """A page (README.md, studies/README.md) lacks a block that ``tools/pages`` renders into,
+    or holds its markers twice or in the wrong order."""
 
 
 class UncommittedChanges(StudyFileError):
