@@ -19,10 +19,6 @@ def _signed(x: float) -> str:
     return f"{100 * x:+.1f} %"
 
 
-def _within(value: float, target: float, tol: float) -> bool:
-    return abs(value - target) <= tol
-
-
 def _scaling(ev: Evidence) -> dict:
     return ev.json("results/scaling/scaling_summary.json")
 
