@@ -26,16 +26,14 @@ browser:
 	@bash tools/browser.sh
 
 # Two pytest processes, each taking whole files (a module's fixtures are built once): on 2 cores
-# one process's start-ups and launches overlap the other's computation. Files go out in the order
-# tests/conftest.py gives them (the longest first); xdist would otherwise reorder them by their
-# number of tests and leave the few-test, minutes-long files for the end.
+# one process's start-ups and launches overlap the other's computation.
 TEST_JOBS ?= 2
 
 test: env browser
-	$(PY) -m pytest -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder $(ARGS)
+	$(PY) -m pytest -n $(TEST_JOBS) --dist loadfile $(ARGS)
 
 test-fast: env
-	$(PY) -m pytest -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder -m "not slow" $(ARGS)
+	$(PY) -m pytest -n $(TEST_JOBS) --dist loadfile -m "not slow" $(ARGS)
 
 lab: env
 	$(PY) -m gan3d lab

@@ -23,16 +23,12 @@ sys.path.insert(0, str(ROOT / "tools"))
 runtime.apply_process_defaults()
 os.environ.setdefault("IPP_NONINTERACTIVE", "1")
 
-# The files that take minutes, longest first (their times in `make test` on a 2-core AMD EPYC:
-# the durations pytest prints): `make test` runs two processes that take whole files in this
-# order (`--no-loadscope-reorder`), so starting with the long ones keeps both busy to the end
-# instead of leaving one file of minutes alone at the tail. Within a file the order is kept.
-LONG_FILES = ("test_notebook_training.py", "test_faults.py", "test_study_verify.py",
-              "test_notebook_scaling.py", "test_backends.py", "test_training_mpi.py",
-              "test_warmstart.py", "test_convergence.py", "test_batch_scripts.py",
-              "test_notebook_off_values.py", "test_notebook_validation.py",
-              "test_notebook_concepts.py", "test_pipeline.py", "test_training.py",
-              "test_device_check.py", "test_jupyterlab.py")
+# The files that take minutes, longest first: `make test` runs two processes that take whole
+# files in collection order, so starting with the long ones keeps both busy to the end instead of
+# leaving one file of minutes alone at the tail. Within a file the order is kept.
+LONG_FILES = ("test_training_mpi.py", "test_notebook_scaling.py", "test_warmstart.py",
+              "test_convergence.py", "test_faults.py", "test_backends.py",
+              "test_notebook_training.py", "test_study_verify.py")
 
 
 def pytest_collection_modifyitems(config, items):
