@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import subprocess
@@ -184,14 +185,46 @@ def test_a_signal_during_a_large_simulate_leaves_nothing_behind(tmp_path, sig):
     assert stderr.strip().splitlines()[-1].startswith("gan3d simulate: interrupted")
 
 
+def test_inside_a_loop_a_signal_waits_for_its_checkpoint():
+    """A SIGTERM that comes while library code runs is held back (raised inside TensorFlow's
+    code it was sometimes lost, and the simulation ran on); the loop's next checkpoint raises it,
+    and outside the loop it raises at once."""
+    import threading
+
+    from gan3d import console
+
+    assert threading.current_thread() is threading.main_thread()  # else the signal kills pytest
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        console.stop_on_signals()
+        with pytest.raises(console.Stopped) as stopped:
+            with console.signals_at_checkpoints():
+                console.checkpoint()  # nothing came yet
+                os.kill(os.getpid(), signal.SIGTERM)
+                ran_on = sum(range(100_000))  # bytecodes after the signal: no raise here
+                console.checkpoint()
+                ran_on = None  # not reached
+        assert stopped.value.signum == signal.SIGTERM and ran_on == 4_999_950_000
+        with pytest.raises(console.Stopped) as stopped:
+            with console.signals_at_checkpoints():
+                os.kill(os.getpid(), signal.SIGHUP)  # no checkpoint: the block's end raises it
+        assert stopped.value.signum == signal.SIGHUP
+        with pytest.raises(console.Stopped):
+            os.kill(os.getpid(), signal.SIGTERM)
+            sum(range(100_000))
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+
 def test_a_signal_the_process_was_started_to_ignore_stays_ignored(monkeypatch):
-    from gan3d import cli
+    from gan3d import console
 
     installed = {}
     monkeypatch.setattr(signal, "getsignal",
                         lambda sig: signal.SIG_IGN if sig == signal.SIGHUP else signal.SIG_DFL)
     monkeypatch.setattr(signal, "signal", lambda sig, handler: installed.__setitem__(sig, handler))
-    cli._signals_unwind()
+    console.stop_on_signals()
     assert list(installed) == [signal.SIGTERM]  # nohup's SIGHUP is left as it was
 
 

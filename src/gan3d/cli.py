@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from . import __version__
+from . import __version__, console
 from .config import PROFILES, parse_overrides, resolve
 from .exceptions import Gan3dError
 from .parallel.launch import guard, in_mpi_job, launch
@@ -350,7 +350,7 @@ def _cmd_warm(args: argparse.Namespace) -> int:
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
-    _signals_unwind()
+    console.stop_on_signals()
     from .io import check_output
 
     check_output(args.output, force=args.force)  # the path at once; its size once TF has loaded
@@ -370,7 +370,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    _signals_unwind()
+    console.stop_on_signals()
     from .io import check_output
 
     if not Path(args.source).exists():
@@ -467,30 +467,6 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
     summary = pipeline.reproduce(args.profile, parse_overrides(args.overrides), force=args.force,
                                  only=args.only)
     return 0 if summary.ok else 1
-
-
-class _Signalled(KeyboardInterrupt):
-    """SIGTERM or SIGHUP, raised where the command is: its writers clean up as on Ctrl-C."""
-
-    def __init__(self, signum: int):
-        super().__init__(signum)
-        self.signum = signum
-
-
-def _signals_unwind() -> None:
-    """SIGTERM and SIGHUP end this command as Ctrl-C does (exit 128 + the signal's number),
-    so that what it was writing is removed rather than left as a temporary file. A signal the
-    process was started to ignore (``nohup``'s SIGHUP) stays ignored."""
-    import signal
-    import threading
-
-    def unwind(signum, frame):
-        raise _Signalled(signum)
-
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGHUP):
-            if signal.getsignal(sig) is not signal.SIG_IGN:
-                signal.signal(sig, unwind)
 
 
 def _bounded_interrupt(command: str, running: dict, grace: float = 30.0) -> None:

@@ -12,12 +12,17 @@ marked with their rank (:func:`set_rank`, called by :func:`gan3d.parallel.distri
 Long work shows a tqdm bar (:func:`progress`), on rank 0 only. ``GAN3D_LOG_LEVEL`` (e.g.
 ``DEBUG``) sets the level, ``GAN3D_PROGRESS=0`` turns the bars off.
 
+A command stopped by SIGTERM or SIGHUP ends as on Ctrl-C (:func:`stop_on_signals`); inside
+:func:`signals_at_checkpoints` the signal waits for the loop's next :func:`checkpoint`, so that
+library code (TensorFlow tracing a function, HDF5 writing a chunk) is never interrupted half way.
+
 Every Markdown table the package shows (the notebooks' tables, the claims ledger, the figure index)
 is made by :func:`table`, on the ``tabulate`` library.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import numbers
 import os
@@ -27,11 +32,67 @@ from typing import Iterable, Sequence
 
 from tqdm import tqdm  # text bars: the same in a terminal, a notebook and an engine
 
-__all__ = ["get_logger", "set_rank", "progress", "table", "FORMAT"]
+__all__ = ["get_logger", "set_rank", "progress", "table", "FORMAT", "Stopped", "stop_on_signals",
+           "signals_at_checkpoints", "checkpoint"]
 
 FORMAT = "%(asctime)s %(name)s%(rank)s: %(message)s"
 _DATE = "%H:%M:%S"
 _RANK = {"rank": 0, "size": 1}
+
+
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP: the command unwinds as on Ctrl-C (its writers remove what they were
+    writing) and exits with 128 + ``signum``."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+_held: list[int] | None = None  # signals that came inside signals_at_checkpoints()
+
+
+def _on_signal(signum, frame) -> None:
+    if _held is not None:
+        _held.append(signum)
+        return
+    raise Stopped(signum)
+
+
+def stop_on_signals() -> None:
+    """SIGTERM and SIGHUP end this process's command as Ctrl-C does (:class:`Stopped`), so that
+    what it was writing is removed rather than left as a temporary file. A signal the process was
+    started to ignore (``nohup``'s SIGHUP) stays ignored. From the main thread only."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            if signal.getsignal(sig) is not signal.SIG_IGN:
+                signal.signal(sig, _on_signal)
+
+
+@contextlib.contextmanager
+def signals_at_checkpoints():
+    """Inside the block, SIGTERM and SIGHUP raise :class:`Stopped` only at :func:`checkpoint`
+    (or when the block ends), not wherever the interpreter happens to be. Raised inside
+    TensorFlow's tracing or a finaliser, the exception can be swallowed (the command runs on as
+    if no signal came) or leave the library's state broken."""
+    global _held
+    outer, _held = _held, []
+    try:
+        yield
+    finally:
+        came, _held = _held, outer
+    if came:
+        raise Stopped(came[0])
+
+
+def checkpoint() -> None:
+    """Raise :class:`Stopped` if SIGTERM or SIGHUP came since the block began: a loop calls this
+    where stopping is safe (between batches)."""
+    if _held:
+        raise Stopped(_held[0])
 
 
 class _CurrentStderr(logging.StreamHandler):

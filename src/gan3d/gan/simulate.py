@@ -176,25 +176,28 @@ def simulate(generator, n: int, output, *, energies: str = "10:500", batch: int 
     output = check_output(output, force=force, needs=n * MIN_BYTES_PER_SHOWER)
     path, precision = _generator_file(generator), runtime.resolve_precision(precision)
     _check_range(path, energies, strict)  # before the network is loaded: a refusal is quick
-    net = _network(path, precision, fold)
-    latent_size = int(net.input_shape[-1])
-    infer = tf.function(lambda z: net(z, training=False), reduce_retracing=True)
-    e = primary_energies(energies, n, seed)
-    rng = np.random.default_rng([seed, 2])
-    t0, after_first = time.perf_counter(), None
-    with shower_file(output, n, _attributes(path, energies, seed, precision)) as f, \
-            console.progress(total=n, unit="shower", desc="simulate", disable=not progress) as bar:
-        f["target"][:, 1] = e
-        for lo in range(0, n, batch):
-            part = e[lo:lo + batch]
-            z = np.zeros((batch, latent_size), np.float32)  # the last batch padded: one trace
-            z[:len(part)] = (part[:, None] / NETWORK_SCALE) * rng.standard_normal(
-                (len(part), latent_size), dtype=np.float32)
-            showers = np.asarray(infer(z), np.float32)[:len(part), ..., 0] / NETWORK_SCALE
-            f["ECAL"][lo:lo + len(part)] = showers
-            bar.update(len(part))
-            if after_first is None:
-                after_first = (time.perf_counter(), lo + len(part))
+    with console.signals_at_checkpoints():  # a SIGTERM ends it between batches, not in TF
+        net = _network(path, precision, fold)
+        latent_size = int(net.input_shape[-1])
+        infer = tf.function(lambda z: net(z, training=False), reduce_retracing=True)
+        e = primary_energies(energies, n, seed)
+        rng = np.random.default_rng([seed, 2])
+        t0, after_first = time.perf_counter(), None
+        attrs = _attributes(path, energies, seed, precision)
+        with shower_file(output, n, attrs) as f, console.progress(
+                total=n, unit="shower", desc="simulate", disable=not progress) as bar:
+            f["target"][:, 1] = e
+            for lo in range(0, n, batch):
+                part = e[lo:lo + batch]
+                z = np.zeros((batch, latent_size), np.float32)  # the last batch padded: one trace
+                z[:len(part)] = (part[:, None] / NETWORK_SCALE) * rng.standard_normal(
+                    (len(part), latent_size), dtype=np.float32)
+                showers = np.asarray(infer(z), np.float32)[:len(part), ..., 0] / NETWORK_SCALE
+                f["ECAL"][lo:lo + len(part)] = showers
+                bar.update(len(part))
+                console.checkpoint()
+                if after_first is None:
+                    after_first = (time.perf_counter(), lo + len(part))
     seconds = time.perf_counter() - t0
     rest = n - after_first[1]
     rate = rest / (time.perf_counter() - after_first[0]) if rest else n / seconds
