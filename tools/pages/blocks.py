@@ -6,7 +6,7 @@ a begin and an end marker (``<!-- claims:begin -->`` ... ``<!-- claims:end -->``
 rewritten from the results it states. :func:`spans` finds each block's content - every marker
 exactly once, the begin before its end, or a :class:`~gan3d.exceptions.PageBlockError` that says
 which - :func:`replaced` puts new content in, and :func:`write_if_changed` rewrites the page
-atomically only when its text changed.
+atomically only when its text changed. :func:`command_line` reads both tools' arguments.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gan3d.exceptions import PageBlockError
-from gan3d.io import atomic_path
+from gan3d.io import atomic_path, repo_root
 
 __all__ = ["spans", "replaced", "write_if_changed"]
 
@@ -53,3 +53,18 @@ def write_if_changed(path: str | Path, old: str, new: str) -> bool:
         with atomic_path(path) as tmp:
             Path(tmp).write_text(new)
     return new != old
+
+
+def command_line(argv: list[str] | None, prog: str, doc: str, default_page: str,
+                 write_help: str, root_help: str) -> tuple[bool, Path, Path]:
+    """A page tool's arguments, ``[page] [--write] [--root ROOT]``: whether to write, the
+    checkout whose results are read, and the page (``default_page`` under that checkout)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0])
+    parser.add_argument("page", nargs="?", default=None, help=f"default: {default_page}")
+    parser.add_argument("--write", action="store_true", help=write_help)
+    parser.add_argument("--root", help=root_help)
+    args = parser.parse_args(argv)
+    root = Path(args.root) if args.root else repo_root()
+    return args.write, root, Path(args.page) if args.page else root / default_page

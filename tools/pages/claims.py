@@ -10,13 +10,11 @@ verdict with its claims, and what the run cost - from that file alone::
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
 from gan3d.exceptions import PageBlockError
-from gan3d.io import repo_root
 from gan3d.report.claims import VERDICTS, summary_line
 from pages import blocks
 
@@ -73,17 +71,12 @@ def update_readme(path: str | Path, data: dict) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python tools/pages claims",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("page", nargs="?", default=None, help="default: README.md")
-    parser.add_argument("--write", action="store_true", help="rewrite the block")
-    parser.add_argument("--root", help="the checkout whose figures/claims.json is read")
-    args = parser.parse_args(argv)
-    root = Path(args.root) if args.root else repo_root()
-    page = Path(args.page) if args.page else root / "README.md"
+    write, root, page = blocks.command_line(argv, "python tools/pages claims", __doc__, "README.md",
+                                            "rewrite the block",
+                                            "the checkout whose figures/claims.json is read")
     data = json.loads((root / "figures" / "claims.json").read_text())
     try:
-        if args.write:
+        if write:
             changed = update_readme(page, data)
             print(f"{page}: {'rewritten' if changed else 'current'} ({summary_line(data)})")
             return 0

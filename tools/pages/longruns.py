@@ -22,7 +22,6 @@ fork to the newest checkpoint); :func:`render` rewrites the blocks, atomically::
 
 from __future__ import annotations
 
-import argparse
 import re
 import statistics
 import sys
@@ -206,16 +205,11 @@ def render(page: str | Path, root: str | Path | None = None) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python tools/pages longruns",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("page", nargs="?", default=None, help="default: studies/README.md")
-    parser.add_argument("--write", action="store_true", help="rewrite the blocks' numbers")
-    parser.add_argument("--root", help="the checkout whose studies/ are read")
-    args = parser.parse_args(argv)
-    root = Path(args.root) if args.root else repo_root()
-    page = Path(args.page) if args.page else root / "studies" / "README.md"
+    write, root, page = blocks.command_line(argv, "python tools/pages longruns", __doc__,
+                                            "studies/README.md", "rewrite the blocks' numbers",
+                                            "the checkout whose studies/ are read")
     try:
-        if args.write:
+        if write:
             print(f"{page}: {'rewritten' if render(page, root) else 'current'}")
             return 0
         stale = check(page, root)
