@@ -21,6 +21,8 @@ import argparse
 import os
 import sys
 
+import _output  # bench/_output.py: the result file's options and checks
+
 
 def main(argv=None) -> int:
     from gan3d.parallel import netns
@@ -39,24 +41,8 @@ def main(argv=None) -> int:
                    help="profiles on which to time Horovod over MPI against Gloo (none: skip)")
     p.add_argument("--max-mib-1gbe", type=int, default=16,
                    help="largest message on 1 GbE (MiB): 64 MiB takes seconds per call there")
-    p.add_argument("--output", default="results/bench/algorithms.json")
-    p.add_argument("--force", action="store_true",
-                    help="replace the result --output names (else an existing one is refused)")
-    p.add_argument("--allow-dirty", action="store_true",
-                   help="write into studies/ from a tree with uncommitted changes "
-                        "(the file is then marked clean: false)")
-    opts = p.parse_args(argv)
-    from gan3d.exceptions import Gan3dError
-
-    from gan3d.io import check_output
-
-    try:  # before any work: a result is never replaced silently
-
-        check_output(opts.output, force=opts.force)
-
-    except Gan3dError as exc:
-
-        p.error(str(exc))
+    _output.add_options(p, "results/bench/algorithms.json")
+    opts = _output.parse(p, argv)
     reason = netns.unavailable()
     if reason:
         print(f"[bench_algorithms] skipped: {reason}")

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import argparse
 
+import _output  # bench/_output.py: the result file's options and checks
+
 from gan3d import records
-from gan3d.exceptions import Gan3dError
-from gan3d.io import check_output, resolve_path
+from gan3d.io import resolve_path
 from gan3d.scaling.experiments import BENCH_SIZES, allreduce_benchmark
 
 
@@ -54,17 +55,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=20, help="timed calls per size (median)")
     parser.add_argument("--max-kib", type=int, default=64 * 1024, help="largest message, KiB")
-    parser.add_argument("--output", default="results/bench/allreduce.json")
-    parser.add_argument("--force", action="store_true",
-                         help="replace the result --output names (else an existing one is refused)")
-    parser.add_argument("--allow-dirty", action="store_true",
-                        help="write into studies/ from a tree with uncommitted changes "
-                             "(the file is then marked clean: false)")
-    args = parser.parse_args()
-    try:  # before any work: a result is never replaced silently
-        check_output(args.output, force=args.force)
-    except Gan3dError as exc:
-        parser.error(str(exc))
+    _output.add_options(parser, "results/bench/allreduce.json")
+    args = _output.parse(parser)
     records.check_writable(resolve_path(args.output), args.allow_dirty)  # written by the study
     sizes = [n for n in BENCH_SIZES if n <= args.max_kib * 1024]
     res = allreduce_benchmark(workers=args.workers, sizes=sizes, repeats=args.repeats,

@@ -27,13 +27,14 @@ from pathlib import Path
 
 import numpy as np
 
+import _output  # bench/_output.py: the result file's options and checks
+
 from gan3d import records
 from gan3d.parallel import runtime
 from gan3d.data import files, sharding, showers
 from gan3d.data.generate import generate_dataset
 from gan3d.config import resolve
-from gan3d.exceptions import Gan3dError
-from gan3d.io import check_output, provenance
+from gan3d.io import provenance
 
 
 def _timed_generate(n: int, seed: int, barrier=None, queue=None) -> tuple[float, float, float]:
@@ -170,17 +171,8 @@ def main() -> None:
     parser.add_argument("--step-batch", type=int, default=None,
                         help="per-worker batch of the training step (default: the profile's)")
     parser.add_argument("--no-step", action="store_true", help="skip the training step")
-    parser.add_argument("--output", default="results/bench/data.json")
-    parser.add_argument("--force", action="store_true",
-                         help="replace the result --output names (else an existing one is refused)")
-    parser.add_argument("--allow-dirty", action="store_true",
-                        help="write into studies/ from a tree with uncommitted changes "
-                             "(the file is then marked clean: false)")
-    args = parser.parse_args()
-    try:  # before any work: a result is never replaced silently
-        check_output(args.output, force=args.force)
-    except Gan3dError as exc:
-        parser.error(str(exc))
+    _output.add_options(parser, "results/bench/data.json")
+    args = _output.parse(parser)
     records.check_writable(args.output, args.allow_dirty)  # before the work
     runtime.apply_process_defaults()  # before TensorFlow is imported: threads, quiet logs
 

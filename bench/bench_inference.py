@@ -25,6 +25,8 @@ import argparse
 import statistics
 import time
 
+import _output  # bench/_output.py: the result file's options and checks
+
 from gan3d import records
 from gan3d.parallel import runtime
 from gan3d.io import resolve_path
@@ -55,12 +57,9 @@ def main(argv=None) -> dict:
     p.add_argument("--max-seconds", type=float, default=2.0, help="... or seconds, if sooner")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--threads", type=int, default=None, help="TF intra-op threads (default: cores)")
-    p.add_argument("--out", default="results/bench/inference.json")
-    p.add_argument("--allow-dirty", action="store_true",
-                   help="write into studies/ from a tree with uncommitted changes "
-                        "(the file is then marked clean: false)")
-    args = p.parse_args(argv)
-    records.check_writable(resolve_path(args.out), args.allow_dirty)  # before the work
+    _output.add_options(p, "results/bench/inference.json", "--out")
+    args = _output.parse(p, argv)
+    records.check_writable(resolve_path(args.output), args.allow_dirty)  # before the work
 
     runtime.apply_process_defaults()
     threads = runtime.configure_tensorflow_threads(args.threads)  # before any TF op runs
@@ -94,9 +93,9 @@ def main(argv=None) -> dict:
                   "ratios": ratios, "threads": {"intra_op": threads[0], "inter_op": threads[1]},
                   "settings": vars(args)})
     _print(speed)
-    records.write(resolve_path(args.out), records.record("inference", speed),
+    records.write(resolve_path(args.output), records.record("inference", speed),
                   allow_dirty=args.allow_dirty)
-    print(f"wrote {resolve_path(args.out)}")
+    print(f"wrote {resolve_path(args.output)}")
     return speed
 
 

@@ -25,6 +25,8 @@ import argparse
 import os
 import sys
 
+import _output  # bench/_output.py: the result file's options and checks
+
 
 def main(argv=None) -> int:
     from gan3d.parallel import netns
@@ -45,24 +47,8 @@ def main(argv=None) -> int:
     p.add_argument("--batch", type=int, default=8, help="per-rank batch of the step timing")
     p.add_argument("--only-steps", action="store_true",
                    help="keep the all-reduce results of the existing --output file, add the steps")
-    p.add_argument("--output", default="results/bench/network.json")
-    p.add_argument("--force", action="store_true",
-                    help="replace the result --output names (else an existing one is refused)")
-    p.add_argument("--allow-dirty", action="store_true",
-                   help="write into studies/ from a tree with uncommitted changes "
-                        "(the file is then marked clean: false)")
-    opts = p.parse_args(argv)
-    from gan3d.exceptions import Gan3dError
-
-    from gan3d.io import check_output
-
-    try:  # before any work: a result is never replaced silently
-
-        check_output(opts.output, force=opts.force)
-
-    except Gan3dError as exc:
-
-        p.error(str(exc))
+    _output.add_options(p, "results/bench/network.json")
+    opts = _output.parse(p, argv)
     reason = netns.unavailable()
     if reason:
         print(f"[bench_interconnect] skipped: {reason}")

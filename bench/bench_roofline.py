@@ -19,6 +19,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+import _output  # bench/_output.py: the result file's options and checks
+
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -30,24 +32,8 @@ def main(argv=None) -> int:
     p.add_argument("--top", type=int, default=12, help="layers in the printed table")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="sets",
                    help="a setting of the profiled configuration (e.g. train.cpu_layers=fast)")
-    p.add_argument("--output", default="results/bench/roofline.json")
-    p.add_argument("--force", action="store_true",
-                    help="replace the result --output names (else an existing one is refused)")
-    p.add_argument("--allow-dirty", action="store_true",
-                   help="write into studies/ from a tree with uncommitted changes "
-                        "(the file is then marked clean: false)")
-    opts = p.parse_args(argv)
-    from gan3d.exceptions import Gan3dError
-
-    from gan3d.io import check_output
-
-    try:  # before any work: a result is never replaced silently
-
-        check_output(opts.output, force=opts.force)
-
-    except Gan3dError as exc:
-
-        p.error(str(exc))
+    _output.add_options(p, "results/bench/roofline.json")
+    opts = _output.parse(p, argv)
 
     from gan3d import config, records
     from gan3d.parallel import runtime

@@ -66,6 +66,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import _output  # bench/_output.py: the result file's options and checks
+
 CONFIGS = ((1, 1), (1, 2), (2, 1), ("pair", 1))  # (ranks, threads per rank); "pair": 2 x (1, 1)
 
 
@@ -334,25 +336,9 @@ def main(argv=None) -> int:
                    help="before/after: this checkout against the gan3d package in DIR")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="sets",
                    help="a setting of every run (with --against: of this checkout's runs)")
-    p.add_argument("--output", default="results/bench/training.json")
-    p.add_argument("--force", action="store_true",
-                    help="replace the result --output names (else an existing one is refused)")
-    p.add_argument("--allow-dirty", action="store_true",
-                   help="write into studies/ from a tree with uncommitted changes "
-                        "(the file is then marked clean: false)")
+    _output.add_options(p, "results/bench/training.json")
     p.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
-    opts = p.parse_args(argv)
-    from gan3d.exceptions import Gan3dError
-
-    from gan3d.io import check_output
-
-    try:  # before any work: a result is never replaced silently
-
-        check_output(opts.output, force=opts.force)
-
-    except Gan3dError as exc:
-
-        p.error(str(exc))
+    opts = _output.parse(p, argv)
     if opts.worker:
         from gan3d.parallel.launch import guard
 
