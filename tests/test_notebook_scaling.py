@@ -30,8 +30,9 @@ def test_notebook_03_measures_and_draws_everything(run_notebook, tmp_path):
     out = run_notebook(
         "03_scaling_analysis.ipynb", profile="quick", overrides={"train.batch_size": 2},
         workers=[1, 2], steps=4, warmup_steps=1, repeats=1,
-        overall_overrides={"data.path": str(tmp_path / "data"), "data.n_showers": 48,
-                           "data.n_files": 8, "train.epochs": 2, "train.timing_warmup_epochs": 1,
+        overall_overrides={"data.path": str(tmp_path / "data"), "data.n_showers": 24,
+                           "data.n_files": 4, "data.test_fraction": 0.25, "train.epochs": 2,
+                           "train.timing_warmup_epochs": 1,
                            "train.steps_per_epoch": 0, "train.batch_size": 2},
         bench_file=str(res / "allreduce.json"), bench_max_kib=4096, bench_repeats=3, roofline_repeats=1,
         figures_dir=str(figs), results_dir=str(res))
