@@ -281,6 +281,14 @@ def _study_parser(sub) -> None:
                          "uncommitted changes; the file is then marked clean: false")
 
 
+def _say_verified(entry, output: str, current: str) -> None:
+    """What ``--verify-code`` found: each kind compared and how equal, or ``current``."""
+    print(f"{current}: nothing to verify" if entry is None
+          else f"{output}: this checkout's code makes the study's numbers in "
+          + "; ".join(f"{k} ({c['compared']}, {c['equality']})" for k, c in entry["kinds"].items())
+          + "".join(f"; {k} not checked: {why}" for k, why in entry["not_checked"].items()))
+
+
 def _cmd_study(args: argparse.Namespace) -> int:
     from .convergence import study
 
@@ -289,10 +297,7 @@ def _cmd_study(args: argparse.Namespace) -> int:
         kinds = args.kinds.split(",") if args.kinds else None
         entry = study.verify(cfg, args.verify_code, showers=args.showers, kinds=kinds,
                              allow_dirty=args.allow_dirty)
-        print("this checkout has the study's code version: nothing to verify" if entry is None
-              else f"{cfg.study.output}: this checkout's code makes the study's numbers in "
-              + "; ".join(f"{k} ({c['compared']}, {c['equality']})" for k, c in entry["kinds"].items())
-              + "".join(f"; {k} not checked: {why}" for k, why in entry["not_checked"].items()))
+        _say_verified(entry, cfg.study.output, "this checkout has the study's code version")
     elif not args.status:
         study.run_study(cfg, only=args.block, max_runs=args.max_runs, restart=args.restart,
                         allow_dirty=args.allow_dirty)
@@ -333,10 +338,7 @@ def _cmd_warm(args: argparse.Namespace) -> int:
         entry = warmstart.verify(cfg, args.verify_code, showers=args.showers,
                                  kinds=args.kinds.split(",") if args.kinds else None,
                                  allow_dirty=args.allow_dirty)
-        print("every run has this checkout's code version: nothing to verify" if entry is None
-              else f"{cfg.warm.output}: this checkout's code makes the study's numbers in "
-              + "; ".join(f"{k} ({c['compared']})" for k, c in entry["kinds"].items())
-              + "".join(f"; {k} not checked: {why}" for k, why in entry["not_checked"].items()))
+        _say_verified(entry, cfg.warm.output, "every run has this checkout's code version")
     elif not args.status:
         warmstart.run_warm(cfg, max_runs=args.max_runs, until_decided=args.until_decided,
                            allow_dirty=args.allow_dirty)
