@@ -149,9 +149,18 @@ def test_the_tiny_study_runs_real_mpi_trainings_and_resumes(tmp_path):
     out, work = tmp_path / "conv.json", tmp_path / "work"
     args = [sys.executable, "-m", "gan3d", "study", "--set", f"study.output={out}",
             "--set", f"study.workdir={work}"]
-    first = subprocess.run(args + ["--max-runs", "2"], capture_output=True, text=True, timeout=900)
+    # A study left by other training code (an upgraded checkout) is refused, and redone when asked
+    # (notebook 02 asks for its own, scratch, study).
+    old = _run("1w", "eq", 0, [0.1])
+    old["code_hash"] = "0123456789abcdef"
+    out.write_text(json.dumps({"runs": {"1w-s0": old}}))
+    refused = subprocess.run(args, capture_output=True, text=True, timeout=900)
+    assert refused.returncode == 2 and "other code" in refused.stderr
+    first = subprocess.run(args + ["--max-runs", "2", "--restart"], capture_output=True, text=True,
+                           timeout=900)
     assert first.returncode == 0, first.stderr[-2000:]
     assert "2 of 4 runs done" in first.stdout
+    assert study.stale(study.load(out)) == []
     done = subprocess.run(args, capture_output=True, text=True, timeout=900)  # continues
     assert done.returncode == 0, done.stderr[-2000:]
     assert "4 of 4 runs done" in done.stdout

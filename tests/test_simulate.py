@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import subprocess
@@ -194,23 +193,26 @@ def test_inside_a_loop_a_signal_waits_for_its_checkpoint():
     from gan3d import console
 
     assert threading.current_thread() is threading.main_thread()  # else the signal kills pytest
+    # to this thread: a kill() of the process may land in another thread (pytest-xdist's), and
+    # its Python handler then runs here later, after the block it was meant for
+    send = lambda sig: signal.pthread_kill(threading.get_ident(), sig)  # noqa: E731
     saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         console.stop_on_signals()
         with pytest.raises(console.Stopped) as stopped:
             with console.signals_at_checkpoints():
                 console.checkpoint()  # nothing came yet
-                os.kill(os.getpid(), signal.SIGTERM)
+                send(signal.SIGTERM)
                 ran_on = sum(range(100_000))  # bytecodes after the signal: no raise here
                 console.checkpoint()
                 ran_on = None  # not reached
         assert stopped.value.signum == signal.SIGTERM and ran_on == 4_999_950_000
         with pytest.raises(console.Stopped) as stopped:
             with console.signals_at_checkpoints():
-                os.kill(os.getpid(), signal.SIGHUP)  # no checkpoint: the block's end raises it
+                send(signal.SIGHUP)  # no checkpoint: the block's end raises it
         assert stopped.value.signum == signal.SIGHUP
         with pytest.raises(console.Stopped):
-            os.kill(os.getpid(), signal.SIGTERM)
+            send(signal.SIGTERM)
             sum(range(100_000))
     finally:
         for sig, handler in saved.items():
