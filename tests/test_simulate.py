@@ -198,6 +198,8 @@ def test_inside_a_loop_a_signal_waits_for_its_checkpoint():
     send = lambda sig: signal.pthread_kill(threading.get_ident(), sig)  # noqa: E731
     saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
+        for sig in saved:  # as in a terminal: under nohup (CI) SIGHUP is ignored, and stays so
+            signal.signal(sig, signal.SIG_DFL)
         console.stop_on_signals()
         with pytest.raises(console.Stopped) as stopped:
             with console.signals_at_checkpoints():
