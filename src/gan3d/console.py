@@ -76,8 +76,8 @@ def stop_on_signals() -> None:
 def signals_at_checkpoints():
     """Inside the block, SIGTERM and SIGHUP raise :class:`Stopped` only at :func:`checkpoint`
     (or when the block ends), not wherever the interpreter happens to be. Raised inside
-    TensorFlow's tracing or a finaliser, the exception can be swallowed (the command runs on as
-    if no signal came) or leave the library's state broken."""
+    TensorFlow's code, the exception was seen lost (``gan3d simulate`` ran on as if no signal
+    came) and once left the interpreter broken (``SystemError``)."""
     global _held
     outer, _held = _held, []
     try:

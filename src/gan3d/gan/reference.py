@@ -190,15 +190,16 @@ def export(run: str | Path, folder: Path = FOLDER, *, note: str = "",
         run, checkpoint = run.parent, run
     for place in (run, run.parent):  # a run folder, or its checkpoints/ folder
         check_not_busy(place)  # a run still writing it: refused at once, naming the holder
-    gen, disc, rows, run_config, run_provenance, ckpt = _networks(
-        run, Path(checkpoint) if checkpoint else None)
-    if not rows or "showers_seen" not in rows[-1]:
-        raise CheckpointError(f"{run}: its history has no showers_seen (made by gan3d < 0.3)")
-    shipped = rows[-1]
-    if (run / "history.jsonl").is_file():
-        rows = read_history(run) if len(read_history(run)) >= len(rows) else rows
-    n, energies = monitor_showers, monitors.MONITOR_ENERGIES
-    showers = generate_showers(gen, np.repeat(energies, n), seed=4242)
+    with console.signals_at_checkpoints():  # a SIGTERM ends it here, before any file is written
+        gen, disc, rows, run_config, run_provenance, ckpt = _networks(
+            run, Path(checkpoint) if checkpoint else None)
+        if not rows or "showers_seen" not in rows[-1]:
+            raise CheckpointError(f"{run}: its history has no showers_seen (made by gan3d < 0.3)")
+        shipped = rows[-1]
+        if (run / "history.jsonl").is_file():
+            rows = read_history(run) if len(read_history(run)) >= len(rows) else rows
+        n, energies = monitor_showers, monitors.MONITOR_ENERGIES
+        showers = generate_showers(gen, np.repeat(energies, n), seed=4242)
     final = monitors.compare({e: showers[i * n:(i + 1) * n] for i, e in enumerate(energies)},
                              n_reference=n)
     curve = [{k: v for k, v in r.items() if k.startswith("mon_") or k in _CURVE_KEYS} for r in rows]
