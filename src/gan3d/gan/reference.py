@@ -196,8 +196,9 @@ def export(run: str | Path, folder: Path = FOLDER, *, note: str = "",
         if not rows or "showers_seen" not in rows[-1]:
             raise CheckpointError(f"{run}: its history has no showers_seen (made by gan3d < 0.3)")
         shipped = rows[-1]
-        if (run / "history.jsonl").is_file():
-            rows = read_history(run) if len(read_history(run)) >= len(rows) else rows
+        if (run / "history.jsonl").is_file():  # the run's own history, if it goes further
+            full = read_history(run)
+            rows = full if len(full) >= len(rows) else rows
         n, energies = monitor_showers, monitors.MONITOR_ENERGIES
         showers = generate_showers(gen, np.repeat(energies, n), seed=4242)
     final = monitors.compare({e: showers[i * n:(i + 1) * n] for i, e in enumerate(energies)},
