@@ -77,6 +77,21 @@ def test_the_warm_start_study_is_described_and_tabled_from_its_runs():
         assert f"against 1 worker: {warmstart.decided(warm, c)} of {len(warmstart.QUANTITIES)}" in line
 
 
+def test_warm_start_runs_made_on_another_cpu_are_counted_and_timed_apart():
+    warm = warmstart.load(ROOT / "studies" / "warm_start.json")
+    if not warm["runs"]:
+        pytest.skip("no warm-start runs committed")
+    ones = sorted((r for r in warm["runs"].values() if r["config_id"] == "1w"),
+                  key=lambda r: r["seed"])
+    assert all(r["machine"] for r in warm["runs"].values())  # every run records its CPU
+    moved = {**warm, "runs": {**warm["runs"], f"1w-s{ones[0]['seed']}": {
+        **ones[0], "machine": "Other CPU", "showers_per_s": 1e3}}}
+    text = readings.warm_description(moved, "w.json", config.resolve("quick"))
+    assert "1000.0 showers/s on Other CPU" in text and "Other CPU (1)" in text
+    rest = [r["showers_per_s"] for r in ones[1:] if r["machine"] == ones[1]["machine"]]
+    assert f"{np.median(rest):.1f} showers/s on {ones[1]['machine']}" in text
+
+
 def test_a_quick_run_without_physics_monitors_is_said_so_not_a_key_error():
     """``train.monitor_showers: 0`` (documented as off): the reading says the run had none."""
     off = {"epoch": 2, "showers_seen": 8}

@@ -150,6 +150,7 @@ def test_a_tiny_warm_start_study_forks_a_real_checkpoint_on_1_and_2_workers(tmp_
     assert set(res["runs"]) == {"1w-s0", "2w-linear-s0", "1w-s1", "2w-linear-s1"}
     for rid, run in res["runs"].items():
         assert run["showers"] == 32 and len(run["rows"]) == 2
+        assert run["machine"] == res["machine"]["cpu_model"]  # each run records its CPU
         assert run["lr"] == pytest.approx(2e-3 if rid.startswith("2w") else 1e-3)
         conf = json.loads((tmp_path / "runs" / rid / "config.json").read_text())
         assert conf["fork"]["epoch"] == 1 and conf["config"]["train"]["data_order"] == "global"

@@ -104,15 +104,18 @@ _WARM = "studies/warm_start.json"
 
 
 def _warm_rates(d: Data, config: str) -> list[float]:
-    """gan3d warm-start: each run's median showers/s (of its epochs), by seed."""
+    """gan3d warm-start: each run's median showers/s (of its epochs), by seed, of the runs made
+    on the AMD EPYC (each run records its CPU)."""
     runs = sorted(d["runs"].values(), key=lambda r: r["seed"])
-    return [r["showers_per_s"] for r in runs if r["config_id"] == config]
+    return [r["showers_per_s"] for r in runs
+            if r["config_id"] == config and r["machine"].startswith("AMD EPYC")]
 
 
 def _warm_ratios(d: Data) -> list[float]:  # bfloat16 over float32 (1 worker), seed by seed
     runs = d["runs"]
     return [r["showers_per_s"] / runs[f"1w-s{r['seed']}"]["showers_per_s"] for r in
-            sorted(runs.values(), key=lambda r: r["seed"]) if r["config_id"] == "1w-bf16"]
+            sorted(runs.values(), key=lambda r: r["seed"]) if r["config_id"] == "1w-bf16"
+            and r["machine"] == runs[f"1w-s{r['seed']}"]["machine"]]
 
 
 def _speedup(qid: str, source: str, precision: str, config: str) -> Quote:

@@ -132,17 +132,31 @@ def warm_description(warm: dict, path: str, cfg: Config) -> str:
         return f"`{path}` holds no runs yet: `gan3d warm-start` makes them (resumable)."
     state = warmstart.status(cfg, warm)
     prov, machine, parent = warm["provenance"], warm.get("machine", {}), warm["parent"]
-    runs = ", ".join(f"{label(c)}: {len(rs)} seed(s), "
-                     f"{np.median([x['showers_per_s'] for x in rs]):.1f} showers/s"
+    last = machine.get("cpu_model") or "an unnamed CPU"
+
+    def cpu(run: dict) -> str:  # runs record their CPU; the file's machine is its last writer's
+        return run.get("machine") or last
+
+    def rate(rs: list[dict]) -> str:  # throughput per CPU: machines differ by 2-3x
+        by = collections.defaultdict(list)
+        for x in rs:
+            by[cpu(x)].append(x["showers_per_s"])
+        return ", ".join(f"{np.median(v):.1f} showers/s" + (f" on {m}" if len(by) > 1 else "")
+                         for m, v in by.items())
+
+    runs = ", ".join(f"{label(c)}: {len(rs)} seed(s), {rate(rs)}"
                      for c, rs in _by_config(warm).items())
+    cpus = collections.Counter(cpu(r) for r in warm["runs"].values())
+    made = ("" if len(cpus) == 1 else "; runs made on "
+            + ", ".join(f"{m} ({n})" for m, n in cpus.most_common()))
     yes = {True: "yes", False: "no"}
     return (f"`{path}`: **{len(warm['runs'])} runs** ({runs}), forked from `{parent['path']}` (epoch "
             f"{parent['epoch']}, {parent['showers_seen']:,} showers, SHA-256 "
-            f"{parent['sha256'][:12]}); made by commit `{str(prov.get('commit'))[:7]}` "
+            f"{parent['sha256'][:12]}); last written by commit `{str(prov.get('commit'))[:7]}` "
             f"({'clean' if prov.get('clean') else 'uncommitted changes'}) on "
-            f"{machine.get('cpu_model') or 'an unnamed CPU'} ({machine.get('cores', '?')} cores, "
+            f"{last} ({machine.get('cores', '?')} cores, "
             f"AVX-512 {yes[bool(machine.get('avx512'))]}, bfloat16 "
-            f"{yes[bool(machine.get('bfloat16'))]})"
+            f"{yes[bool(machine.get('bfloat16'))]}){made}"
             + (f"; not run yet: {', '.join(state['missing'])} (`gan3d warm-start` continues)"
                if state["missing"] else "")
             + "".join(f"; {c} left out: {why}" for c, why in warm.get("skipped", {}).items())

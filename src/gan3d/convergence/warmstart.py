@@ -231,6 +231,7 @@ def load(path: str | Path) -> dict:
 
 def _harvest(cfg: Config, run: WarmRun, start: dict, seconds: float) -> dict | None:
     from ..gan.history import read_history
+    from ..scaling.energy import cpu_model
 
     folder = resolve_path(cfg.warm.workdir) / run.id
     hist = folder / "history.jsonl"
@@ -245,7 +246,7 @@ def _harvest(cfg: Config, run: WarmRun, start: dict, seconds: float) -> dict | N
             "showers": rows[-1]["showers_seen"] - start["showers_seen"],
             "showers_per_s": float(np.median([r["showers_per_s"] for r in rows
                                               if r.get("showers_per_s")] or [np.nan])),
-            "rows": summarise_history(rows)}
+            "machine": cpu_model(), "rows": summarise_history(rows)}
 
 
 def _launch(cfg: Config, run: WarmRun, start: dict, timeout: float) -> None:
