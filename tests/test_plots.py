@@ -195,14 +195,23 @@ def test_the_verdict_grid_holds_each_comparison_as_a_line_and_each_quantity_as_a
     image = next(s for s in ax["series"] if s["kind"] == "image")
     codes = {v: cplots.GRID_VERDICTS.index(v) for v in cplots.GRID_VERDICTS}
     blank = codes["too few seeds"]
-    assert image["values"] == [[codes["too few seeds"], blank],
-                               [codes["equivalent"], codes["different"]],
+    # the lr rules' lines first, by workers and rule, then the others; each line's tally
+    assert image["values"] == [[codes["equivalent"], codes["different"]],
+                               [codes["too few seeds"], blank],
                                [codes["inconclusive"], blank]]
-    assert ax["texts"] == ["+0.2", "+0.2\n[-0.4, +0.6]", "+2.0\n[+1.6, +2.4]",
-                           "+0.2\n[-1.2, +1.6]"]
+    assert ax["texts"] == ["+0.2\n[-0.4, +0.6]", "+2.0\n[+1.6, +2.4]", "+0.2",
+                           "+0.2\n[-1.2, +1.6]", "1 equivalent\n1 different",
+                           "0 equivalent\n0 different", "0 equivalent\n0 different"]
     assert ax["yticks"]["labels"] == [
-        "1 worker, bfloat16 (1 seeds)", "2 workers, lr x sqrt N (3 seeds)",
+        "2 workers, lr x sqrt N (3 seeds)", "1 worker, bfloat16 (1 seeds)",
         "2 workers, lr x N, local SGD k=16\nvs 2 workers, lr x N (3 seeds)"]
+    plain = {**two, "candidate": "2w-none", "verdict": "equivalent"}
+    four = {**two, "candidate": "4w-linear", "verdict": "equivalent"}
+    wu = {**two, "candidate": "2w-linear-wu1", "verdict": "equivalent"}
+    lines = description.describe(cplots.verdict_grid([plain, four, row, two, wu]))["axes"][0]
+    assert [t.split(" (")[0] for t in lines["yticks"]["labels"]] == [
+        "2 workers, lr x N, warm-up 1", "2 workers, lr x sqrt N", "2 workers, plain lr",
+        "4 workers, lr x N", "1 worker, bfloat16"]
     assert ax["xticks"]["labels"][:2] == ["shower\nmaximum", "G loss"]
     import matplotlib.pyplot as plt
 

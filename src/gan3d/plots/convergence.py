@@ -108,6 +108,7 @@ HEADS = {"sampling_fraction": "sampling\nfraction", "ecal_sum_spread": "ECAL-sum
 GRID_VERDICTS = ("equivalent", "inconclusive", "different", "too few seeds")
 _CELL = {"equivalent": "#a6dba0", "inconclusive": "#e0e0e0", "different": "#f4a582",
          "too few seeds": "#ffffff"}
+_RULES = ("linear", "sqrt", "none")  # the order of the lr rules' lines: by lr, largest first
 
 
 @styled
@@ -115,11 +116,21 @@ def verdict_grid(rows: Sequence[dict], *, title: str = "", ax=None):
     """The paired tests as a table one reads at a glance: a line per comparison (candidate
     against its reference, with its seeds), a column per quantity; each cell coloured by its
     verdict and holding the mean difference and its 90 % interval in units of the margin
-    (inside +-1 entirely: equivalent; outside entirely: different) (``ax``: one Axes)."""
+    (inside +-1 entirely: equivalent; outside entirely: different), and at its right how many
+    quantities the line decided each way. The learning-rate rules come first, side by side by
+    workers and rule, then the other configurations (``ax``: one Axes)."""
     from matplotlib.colors import ListedColormap
     from matplotlib.patches import Patch
 
-    pairs = list(dict.fromkeys((r["candidate"], r.get("reference")) for r in rows))
+    from ..convergence.warmstart import parse
+
+    def order(pair: tuple[str, str | None]) -> tuple:
+        c = parse(pair[0])
+        rule = c["workers"] > 1 and c["sync_every"] == 1 and c["precision"] == "float32"
+        return (pair[1] not in (None, "1w"), not rule, c["workers"],
+                _RULES.index(c["rule"]) if rule else 0, c.get("warmup") or 0)
+
+    pairs = sorted(dict.fromkeys((r["candidate"], r.get("reference")) for r in rows), key=order)
     names = list(dict.fromkeys(r["monitor"] for r in rows))
     cell = {(r["candidate"], r.get("reference"), r["monitor"]): r for r in rows}
     fig, ax = panels(ax, 1, 1, width=9.5, height=0.55 * max(len(pairs), 3) + 1.6)
@@ -137,6 +148,10 @@ def verdict_grid(rows: Sequence[dict], *, title: str = "", ax=None):
             if np.isfinite(lo) and np.isfinite(hi):
                 text += f"\n[{lo:+.1f}, {hi:+.1f}]"
             ax.text(j, i, text, ha="center", va="center", fontsize=7.5)
+    for i, p in enumerate(pairs):
+        said = [r["verdict"] for r in rows if (r["candidate"], r.get("reference")) == p]
+        ax.text(len(names) - 0.4, i, f"{said.count('equivalent')} equivalent\n"
+                f"{said.count('different')} different", ha="left", va="center", fontsize=7.5)
     ax.imshow(codes, cmap=ListedColormap([_CELL[v] for v in GRID_VERDICTS]), vmin=-0.5,
               vmax=len(GRID_VERDICTS) - 0.5, aspect="auto")
     ax.set_xticks(range(len(names)), [HEADS.get(n, n) for n in names], fontsize="small")
