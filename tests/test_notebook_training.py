@@ -151,8 +151,10 @@ def _warm_start(figs, shown_summary, shown):
     (grid,) = panels(figs, "training_warm_start_verdicts.png")
     pairs = list(dict.fromkeys((r["candidate"], r["reference"]) for r in rows))
     heads = list(dict.fromkeys(r["monitor"] for r in rows))
-    assert len(grid["yticks"]["labels"]) == len(pairs)
-    assert all(t.startswith(label(c)) for t, (c, _) in zip(grid["yticks"]["labels"], pairs))
+    # a line per comparison (the grid orders them by rule: tests/test_plots.py), found by its label
+    lines = [t.rsplit(" (", 1)[0] for t in grid["yticks"]["labels"]]
+    named = {(c, ref): label(c) + (f"\nvs {label(ref)}" if ref != "1w" else "") for c, ref in pairs}
+    assert sorted(lines) == sorted(named.values())
     codes = next(s for s in grid["series"] if s["kind"] == "image")["values"]
     # every configuration against 1 worker; local SGD also against 2 workers at k = 1
     k16 = sorted({r["seed"] for r in runs.values() if r["config_id"] == "2w-linear-k16"})
@@ -175,7 +177,7 @@ def _warm_start(figs, shown_summary, shown):
         assert (r["low"], r["high"]) == pytest.approx((lo, hi), rel=1e-6)
         assert r["verdict"] == _tost(r)
         # its cell: coloured by the verdict, the interval in margins computed here again
-        row, col = pairs.index((r["candidate"], r["reference"])), heads.index(r["monitor"])
+        row, col = lines.index(named[r["candidate"], r["reference"]]), heads.index(r["monitor"])
         assert codes[row][col] == GRID_VERDICTS.index(r["verdict"])
         m = r["margin"]
         assert f"{d.mean() / m:+.1f}\n[{lo / m:+.1f}, {hi / m:+.1f}]" in grid["texts"]
