@@ -92,3 +92,16 @@ def test_auto_precision_follows_the_cpu_flags(tmp_path, monkeypatch):
         assert config.resolved_precision(jax).train.precision == "float32"
         pinned = cfg.replace(**{"train.precision": "bfloat16"})
         assert config.resolved_precision(pinned).train.precision == "bfloat16"  # asked for
+
+
+def test_onednn_uses_amx_where_the_cpu_has_it_unless_capped_or_off(tmp_path):
+    amx, avx = tmp_path / "amx", tmp_path / "avx"
+    amx.write_text("flags\t\t: fpu avx512f avx512_bf16 amx_bf16 amx_tile\n")
+    avx.write_text("flags\t\t: fpu avx512f avx512_bf16\n")
+    assert runtime.onednn_uses_amx(amx, env={})
+    assert not runtime.onednn_uses_amx(avx, env={})
+    assert not runtime.onednn_uses_amx(tmp_path / "none", env={})
+    for cap, uses in (("AVX512_CORE_BF16", False), ("avx2", False), ("AVX512_CORE_AMX", True),
+                      ("ALL", True), ("", True)):
+        assert runtime.onednn_uses_amx(amx, env={"ONEDNN_MAX_CPU_ISA": cap}) is uses, cap
+    assert not runtime.onednn_uses_amx(amx, env={"TF_ENABLE_ONEDNN_OPTS": "0"})

@@ -464,11 +464,20 @@ def verify_code(cfg: Config, reference: str | Path, results: dict, *, showers: i
         "reference": {"commit": ref_commit, "code_hash": ref_hash},
         "checkout": {"commit": commit, "clean": clean}, "kinds": done,
         "not_checked": not_checked, "machine": provenance()["machine"] | {
-            "cpu": _cpu_model(), "bfloat16": runtime.cpu_has_bf16()},
+            "cpu": _cpu_model(), "bfloat16": runtime.cpu_has_bf16()} | _isa_cap(),
         "checked": datetime.datetime.now(datetime.timezone.utc).date().isoformat()}
     results.setdefault("checks", {})[now] = entry
     log.info("verify-code: %s makes the study's numbers in %s", now, ", ".join(done))
     return entry
+
+
+def _isa_cap() -> dict:
+    """The cap on oneDNN's instruction set the check ran under, where one was set (e.g.
+    ``AVX512_CORE_BF16`` on a CPU with AMX: its bfloat16 kernels are those of a CPU without)."""
+    import os
+
+    cap = os.environ.get("ONEDNN_MAX_CPU_ISA")
+    return {"onednn_max_cpu_isa": cap, "onednn_uses_amx": runtime.onednn_uses_amx()} if cap else {}
 
 
 def _cpu_model() -> str:

@@ -36,6 +36,7 @@ __all__ = [
     "LATENT_SIZE",
     "SHAPE",
     "ECAL_SCALE",
+    "exact_conv1",
     "EcalSum",
     "build_generator",
     "build_discriminator",
@@ -81,6 +82,20 @@ def _policies(dtype: str | None, elementwise: str | None) -> tuple[dict, dict]:
     return kw, ({"dtype": elementwise} if elementwise else kw)
 
 
+def exact_conv1(dtype: str | None) -> bool:
+    """Whether the generator's ``conv1`` computes in float32 under the bfloat16 policy ``dtype``:
+    where TensorFlow's oneDNN computes bfloat16 on AMX tiles (:func:`gan3d.parallel.runtime.
+    onednn_uses_amx`). There the AMX kernel it picks for this one shape - a (6, 6, 8) kernel "same"
+    over the 7 x 7 x 8 x 8 latent image - returns wrong sums (relative error 1.1 against float32,
+    TF 2.18.1 on a Xeon with AMX, where every other convolution of the 3DGAN, forward and
+    backward, is within bfloat16's 0.3 %); with its first layer wrong the generator trains no
+    shower. Elsewhere (AVX512_BF16 without AMX, GPUs, float32) every layer keeps ``dtype``."""
+    if not dtype or "bfloat16" not in dtype or keras.backend.backend() != "tensorflow":
+        return False
+    from ..parallel.runtime import onednn_uses_amx
+    return onednn_uses_amx()
+
+
 def build_generator(latent_size: int = LATENT_SIZE, *, dtype: str | None = None,
                     elementwise: str | None = None) -> keras.Model:
     """The 3DGAN generator: ``(N, latent_size)`` -> ``(N, 25, 25, 25, 1)`` (cell energy x 100).
@@ -88,13 +103,16 @@ def build_generator(latent_size: int = LATENT_SIZE, *, dtype: str | None = None,
     ``dtype`` is a Keras dtype policy for the layers (``"mixed_bfloat16"``); the output is float32.
     ``elementwise`` overrides it for the memory-bound LeakyReLU, BatchNorm and Dropout layers
     (``"float32"`` on CPUs, whose kernels for them are slower in bfloat16 than in float32).
+    ``conv1`` computes in float32 where oneDNN's AMX kernel gets it wrong (:func:`exact_conv1`).
     """
     L = keras.layers
     kw, ew = _policies(dtype, elementwise)
+    first = {"dtype": "float32"} if exact_conv1(dtype) else kw
     latent = keras.Input((latent_size,), name="latent")
     x = L.Dense(7 * 7 * 8 * 8, name="dense", **kw)(latent)
     x = L.Reshape((7, 7, 8, 8), name="reshape")(x)
-    x = L.Conv3D(64, (6, 6, 8), padding="same", kernel_initializer="he_uniform", name="conv1", **kw)(x)
+    x = L.Conv3D(64, (6, 6, 8), padding="same", kernel_initializer="he_uniform", name="conv1",
+                 **first)(x)
     x = L.LeakyReLU(_SLOPE, name="lrelu1", **ew)(x)
     x = L.BatchNormalization(name="bn1", **_BN, **ew)(x)
     x = L.UpSampling3D((2, 2, 2), name="up1", **kw)(x)  # 14 x 14 x 16

@@ -34,6 +34,7 @@ __all__ = [
     "local_rank_info",
     "threads_per_rank",
     "cpu_has_bf16",
+    "onednn_uses_amx",
     "mpi_environment",
     "mpirun_command",
     "pythonpath",
@@ -77,6 +78,21 @@ def cpu_has_bf16(cpuinfo: str | os.PathLike = "/proc/cpuinfo") -> bool:
     except OSError:
         return False
     return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def onednn_uses_amx(cpuinfo: str | os.PathLike = "/proc/cpuinfo",
+                    env: dict | None = None) -> bool:
+    """Whether TensorFlow's oneDNN computes bfloat16 on AMX tiles here: a CPU with AMX, unless
+    ``ONEDNN_MAX_CPU_ISA`` caps oneDNN below AMX (e.g. ``AVX512_CORE_BF16``) or
+    ``TF_ENABLE_ONEDNN_OPTS=0`` turns oneDNN off (``env``: the environment; ``os.environ``)."""
+    env = os.environ if env is None else env
+    try:
+        flags = Path(cpuinfo).read_text().split()
+    except OSError:
+        return False
+    cap = env.get("ONEDNN_MAX_CPU_ISA", "").strip().upper()
+    return ("amx_bf16" in flags and env.get("TF_ENABLE_ONEDNN_OPTS", "1").strip() != "0"
+            and (not cap or cap in ("ALL", "DEFAULT") or "AMX" in cap))
 
 
 def gpu_precision(compute_capability: tuple[int, int]) -> str:
