@@ -26,6 +26,8 @@ import math
 import keras
 import numpy as np
 
+from .model import exact_conv1
+
 __all__ = ["phase_taps", "fold_kernel", "FoldedUpConv3D", "folded_generator", "inference_network",
            "folded_flops"]
 
@@ -127,7 +129,8 @@ def folded_generator(generator: keras.Model, *, dtype: str | None = None) -> ker
     x = L.Dense(get("dense").units, name="dense", **kw)(latent)
     x = L.Reshape(get("reshape").target_shape, name="reshape")(x)
     c1 = get("conv1")
-    x = L.Conv3D(c1.filters, c1.kernel_size, padding="same", name="conv1", **kw)(x)
+    first = {"dtype": "float32"} if exact_conv1(dtype) else kw  # oneDNN's AMX kernel: model.py
+    x = L.Conv3D(c1.filters, c1.kernel_size, padding="same", name="conv1", **first)(x)
     x = L.LeakyReLU(get("lrelu1").negative_slope, name="lrelu1", **kw)(x)
     x = _bn(get("bn1"), kw)(x)
     folds = []
