@@ -57,6 +57,8 @@ KINDS = {
     "data": "the input pipeline's rates (bench/bench_data.py)",
     "allreduce": "all-reduce time over message sizes on this machine (bench/bench_allreduce.py)",
     "device_check": "the JAX step on an accelerator (bench/device_check.py)",
+    "bfloat16_accuracy": "bfloat16 against float32 per convolution and in the showers "
+                         "(bench/bfloat16_accuracy.py)",
 }
 
 
