@@ -143,6 +143,13 @@ _AMX, _EPYC = "studies/training_batches_amx.json", "studies/training_batches.jso
 _PREC = "studies/precision.json"
 
 
+_ACC = "studies/bfloat16_accuracy.json"
+
+
+def _acc(d: Data) -> Data:  # bench/bfloat16_accuracy.py, as oneDNN runs on the CPU that has AMX
+    return d["runs"]["as oneDNN runs here"]
+
+
 def _tost(d: Data, name: str) -> Data:
     """bench_precision.py: bfloat16 against float32, the equivalence test of one quantity."""
     return d["comparison"]["tost"][name]
@@ -183,6 +190,18 @@ QUOTES: dict[str, Quote] = {q.id: q for q in (
     Quote("warm.epyc.bfloat16_over_float32", _WARM,
           lambda d: statistics.median(_warm_ratios(d)), "median of {n} runs' ratios to the float32 run of their seed", "x",
           samples=_warm_ratios, spread="per seed"),
+    Quote("amx.conv1.error", _ACC, lambda d: _acc(d)["convolutions"]["generator conv1"]["forward"],
+          "relative error of its forward pass in bfloat16 against float32", " %", scale=100),
+    Quote("amx.others.error", _ACC, lambda d: max(
+        e for name, c in _acc(d)["convolutions"].items() for k, e in c.items()
+        if (name, k) != ("generator conv1", "forward")),
+          "the largest relative error of the other passes, forward and backward", " %", scale=100),
+    Quote("amx.showers.energy_before", _ACC,
+          lambda d: _acc(d)["showers"]["training, conv1 bfloat16"]["energy_ratio"],
+          "of float32's energy, conv1 in bfloat16, 8 showers", " %", scale=100),
+    Quote("amx.showers.error_after", _ACC, lambda d: max(
+        _acc(d)["showers"][f"{n}, conv1 package"]["error"] for n in ("training", "folded")),
+          "relative error against float32, conv1 in float32, 8 showers", " %", scale=100),
     Quote("inference.flops_ratio", "studies/inference.json",
           lambda d: d["generator_forward_flops"] / d["folded_forward_flops"],
           "ratio of the forward FLOPs counted", "x"),
