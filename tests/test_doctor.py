@@ -116,4 +116,8 @@ def test_the_doctor_names_what_auto_precision_trains_in_here_and_why(monkeypatch
         line = doctor.auto_precision(0)
         assert line.split()[0] == want == config.resolved_precision(config.resolve("quick")).train.precision
         assert ("has bfloat16 arithmetic" if has_bf16 else "no bfloat16 arithmetic") in line
+    monkeypatch.setattr(runtime, "cpu_has_bf16", lambda *a: True)
+    for amx in (True, False):  # where oneDNN uses AMX, the doctor says what is computed otherwise
+        monkeypatch.setattr(runtime, "onednn_uses_amx", lambda *a, amx=amx: amx)
+        assert ("first convolution" in doctor.auto_precision(0)) is amx
     assert doctor.auto_precision(1).startswith("float32 (a GPU")

@@ -294,8 +294,10 @@ def auto_precision(n_gpus: int = 0) -> str:
         return ("float32 (a GPU: bfloat16 and float16 were not measured on GPUs; set "
                 "train.precision to choose)")
     if runtime.training_auto(None, "horovod", TRAINING_AUTO_CPU_BF16) == "bfloat16":
+        amx = ("; oneDNN computes it on AMX here, so the generator's first convolution, whose "
+               "AMX kernel sums wrongly, computes in float32" if runtime.onednn_uses_amx() else "")
         return ("bfloat16 (this CPU has bfloat16 arithmetic, AVX512_BF16 or AMX, where the "
-                "warm-start study found bfloat16 trains like float32, and faster)")
+                f"warm-start study found bfloat16 trains like float32, and faster{amx})")
     return "float32 (this CPU has no bfloat16 arithmetic: bfloat16 would be emulated, slower)"
 
 
