@@ -334,6 +334,12 @@ def test_the_long_runs_claim_waits_for_equal_budgets_and_a_physics_grade_1_worke
     assert "on 4 latent draws: median 15, 14-17" in row["value"]
     assert "paired over the 4 draws: median +2 targets (+0 to +3), more than the margin of 2 in 2" \
         in row["value"], row["value"]
+    # a third run, 2 workers under another rule, is not the pair's: the claim keeps lr x 2's
+    third = dict(run(2, 208_000, 19, 1.2, 2.0), lr_rule="none")
+    _write(root, "results/validation/long_runs.json",
+           {"runs": {"1 worker, long run": one, "2 workers, long run": two,
+                     "2 workers, plain lr, long run": third}})
+    assert _by_id(claims.ledger(root))["n-workers-long-runs"] == row
 
 
 def test_auto_trains_in_bfloat16_only_once_the_ledger_says_it_trains_like_float32(monkeypatch):

@@ -173,8 +173,8 @@ def _pair():
     """(run, shipped name, the run's newest committed checkpoint) of each long run."""
     from gan3d.validation.study import newest_checkpoint
 
-    return [(run, SHIPPED[run], newest_checkpoint(ROOT / folder))
-            for run, folder in longruns.RUNS.items()]
+    return [(run, name, newest_checkpoint(ROOT / longruns.RUNS[run]))
+            for run, name in SHIPPED.items()]
 
 
 def test_the_shipped_pair_is_each_long_runs_newest_committed_checkpoint_as_weights_only():
@@ -223,13 +223,38 @@ def test_the_shipped_pair_simulates_the_showers_of_the_committed_checkpoints():
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
-def test_the_shipped_pair_is_read_as_the_committed_long_runs():
-    found = longruns.records(["long-1w", "long-2w", str(ROOT / "no-such-run")])  # the last: out
-    assert len(found) == 2
+def test_the_shipped_pair_and_the_third_run_are_read_as_the_committed_long_runs():
+    third = longruns.RUNS["2 workers, plain lr"]
+    found = longruns.records(["long-1w", "long-2w", third, str(ROOT / "no-such-run")])  # last: out
+    assert len(found) == 3
     for lab, rec in found.items():
         w = rec["workers"]
-        assert lab == (f"{w} worker{'s' if w > 1 else ''}, long run "
-                       f"({rec['showers_seen']:,} showers)")
-        assert lab == longruns.label(rec) and rec["source"] in ("long-1w", "long-2w")
+        rule = rec["config"]["train"]["lr_rule"]  # the paper's, linear, goes unnamed
+        assert rule == ("none" if rec["source"] == third else "linear")
+        assert lab == (f"{w} worker{'s' if w > 1 else ''}{', plain lr' if rule == 'none' else ''}"
+                       f", long run ({rec['showers_seen']:,} showers)")
+        assert lab == longruns.label(rec) and rec["source"] in ("long-1w", "long-2w", third)
     assert longruns.are_committed(found)
-    assert not longruns.are_committed(dict(list(found.items())[:1]))
+    assert not longruns.are_committed(dict(list(found.items())[:2]))
+
+
+def test_each_n_worker_run_is_shown_against_one_worker_by_the_rule_fixed_before_the_third():
+    from gan3d.report.claims.equivalence import DRAWS, long_like_one
+
+    one = {"showers_seen": 227_200, "targets_met_draws": [17, 18, 17, 18, 18, 17, 18, 17, 18, 18],
+           "fpd": 3.47, "fpd_error": 0.32}
+    like = dict(one, targets_met_draws=[t - (i % 2) for i, t in enumerate(one["targets_met_draws"])],
+                fpd=3.6, fpd_error=0.3)
+    worse = dict(one, targets_met_draws=[t - 5 for t in one["targets_met_draws"]])
+    early = dict(like, showers_seen=140_800)
+    judged = {"a": long_like_one(one, like), "b": long_like_one(one, worse),
+              "c": long_like_one(one, early)}
+    assert [j["verdict"] for j in judged.values()] == ["equivalent", "different", "not comparable"]
+    rows = longruns.like_one_table(judged).splitlines()[2:]
+    # targets: paired mean -0.5 over the draws; FPD +0.13, its interval 1.645 x hypot(0.32, 0.3)
+    half = 1.645 * (0.32 ** 2 + 0.3 ** 2) ** 0.5
+    assert "-0.50 [" in rows[0] and f"+0.13 [{0.13 - half:+.2f}, {0.13 + half:+.2f}]" in rows[0]
+    assert rows[0].split("|")[-2].strip() == "**equivalent**"
+    assert "margin +-2: equivalent" in rows[0]
+    assert "-5.00 [-5.00, -5.00], margin +-2: different" in rows[1]
+    assert f"{DRAWS} paired draws at equal showers" in rows[2] and "140800" in rows[2]

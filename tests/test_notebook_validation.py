@@ -93,14 +93,23 @@ def test_notebook_runs_and_writes_figures(run_notebook, tmp_path):
     # them, named by their showers; their targets at 64 showers per energy with the monitors'
     # latents are their history's last row.
     long = {}
-    assert _parameter("long_runs") == ["long-1w", "long-2w"]  # the notebook's default: the pair
+    # the notebook's default: the pair, and the third run (2 workers, plain lr) as committed
+    assert _parameter("long_runs") == ["long-1w", "long-2w", "studies/long-2w-none-bf16"]
     for path in _parameter("long_runs"):
         rec = validation.generator_record(path)
-        w = rec["workers"]
-        long[f"{w} worker{'s' if w > 1 else ''}, long run ({rec['showers_seen']:,} showers)"] = rec
+        w, rule = rec["workers"], rec["config"]["train"]["lr_rule"]
+        name = {"linear": "", "none": ", plain lr"}[rule] if w > 1 else ""
+        long[f"{w} worker{'s' if w > 1 else ''}{name}, long run ({rec['showers_seen']:,} showers)"] = rec
+    assert len(long) == 3
     assert set(metrics["generators"]) == {"1 worker", "2 workers", *long, ref_label}
-    runs = json.loads((results / "long_runs.json").read_text())["runs"]
+    found = json.loads((results / "long_runs.json").read_text())
+    runs = found["runs"]
     assert set(runs) == set(long)
+    # each N-worker run is judged against the 1-worker one, by long_like_one: only on its 10
+    # paired draws at equal showers, so not at this test's 2 draws
+    assert set(found["like_one"]) == {lab for lab, r in long.items() if r["workers"] > 1}
+    assert {j["verdict"] for j in found["like_one"].values()} == {"not comparable"}
+    assert all("10 paired draws" in j["why"] for j in found["like_one"].values())
     for lab, rec in long.items():
         # The history's row was taken in the run's training precision (bfloat16 here), the
         # notebook's in float32: the same latents give the same targets, except one whose deviation

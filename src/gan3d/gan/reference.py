@@ -91,14 +91,15 @@ def label(folder: Path = FOLDER) -> str:
 def record(folder: Path = FOLDER) -> dict:
     """What an exported generator says of its run, in the form of
     :func:`gan3d.validation.study.checkpoint_record` (epoch, workers, showers seen, precision,
-    the learning curve up to the shipped epoch as ``history``, provenance, ``fork``, ``forks``),
+    the learning curve up to the shipped epoch as ``history``, the configuration, provenance,
+    ``fork``, ``forks``),
     and ``exported_from``: the checkpoint it was exported from, with its sha256."""
     meta = info(folder)
     curve = meta["learning_curve"]
     return {"path": str(folder), "epoch": meta["epoch"], "workers": meta.get("workers", 1),
             "showers_seen": meta["showers_seen"], "precision": meta.get("precision"),
             "history": [r for r in curve if r.get("epoch", 0) <= meta["epoch"]],
-            "provenance": meta.get("provenance"), "fork": meta.get("fork"),
+            "config": meta.get("config"), "provenance": meta.get("provenance"), "fork": meta.get("fork"),
             "forks": meta.get("forks", []), "exported_from": meta.get("source")}
 
 

@@ -17,19 +17,30 @@ import numpy as np
 
 from .. import console
 
-__all__ = ["RUNS", "BUDGET", "label", "records", "assess", "tables", "are_committed"]
+__all__ = ["RUNS", "BUDGET", "RULES", "lr_rule", "like_one_table", "label", "records", "assess", "tables", "are_committed"]
 
 log = console.get_logger(__name__)
 
-RUNS = {"1 worker": "studies/long-1w-bf16", "2 workers": "studies/long-2w-bf16"}
+# The committed long runs by name (studies/README.md's tables): the pair, and the third run, 2
+# workers under the plain lr (the rule the warm-start study found to train 2 workers like one)
+RUNS = {"1 worker": "studies/long-1w-bf16", "2 workers": "studies/long-2w-bf16",
+        "2 workers, plain lr": "studies/long-2w-none-bf16"}
 BUDGET = 227_200  # showers each run goes to: 201,600 at lr 1e-3 (x 2), then 25,600 at a tenth
+RULES = {"linear": "", "none": ", plain lr", "sqrt": ", lr x sqrt N"}  # the paper's rule: unnamed
+
+
+def lr_rule(rec: Mapping) -> str:
+    """The learning-rate rule a long run trains under (``train.lr_rule``; the paper's, ``linear``,
+    where the record does not say)."""
+    return ((rec.get("config") or {}).get("train") or {}).get("lr_rule") or "linear"
 
 
 def label(rec: Mapping) -> str:
     """A long run's name by its workers and training showers (``rec``: a
     :func:`gan3d.validation.study.generator_record`)."""
     w = rec["workers"]
-    return f"{w} worker{'s' if w > 1 else ''}, long run ({rec['showers_seen']:,} showers)"
+    rule = RULES.get(lr_rule(rec), f", lr rule {lr_rule(rec)}") if w > 1 else ""
+    return f"{w} worker{'s' if w > 1 else ''}{rule}, long run ({rec['showers_seen']:,} showers)"
 
 
 def records(paths: Sequence[str]) -> dict[str, dict]:
@@ -103,7 +114,7 @@ def assess(long: Mapping[str, Mapping], per_bin: Mapping[str, Mapping], metrics:
         fpd, fpd_err, auc = head[lab]["fpd"], head[lab]["fpd_error"], head[lab]["auc_high"]
         met = mon["mon_targets_met"] >= GOAL_TARGETS and worst <= RESOLUTION_RATIO and fpd <= 5
         out[lab] = {"showers_seen": r["showers_seen"], "epoch": r["epoch"],
-                    "workers": r["workers"], "hours": cost["hours"],
+                    "workers": r["workers"], "lr_rule": lr_rule(r), "hours": cost["hours"],
                     "median_showers_per_s": cost["rate"], "forked_at": fork.get("epoch"),
                     "targets_met": mon["mon_targets_met"], "targets_met_draws": met_draws,
                     "worst_resolution_ratio": worst, "fpd": fpd, "fpd_error": fpd_err, "auc": auc,
@@ -162,3 +173,19 @@ def are_committed(long: Mapping[str, Mapping]) -> bool:
     runs_of = sorted(str(Path(r["exported_from"]["checkpoint"]).parent)
                      if r.get("exported_from") else r["source"] for r in long.values())
     return runs_of == sorted(RUNS.values())
+
+
+def like_one_table(judged: Mapping[str, Mapping]) -> str:
+    """Markdown: each N-worker long run against the 1-worker one (``judged``: label -> the
+    verdict of :func:`gan3d.report.claims.equivalence.long_like_one`, the rule fixed before the
+    third long run): the paired difference of targets met over the latent draws and of FPD, each
+    with its 90 % interval against its margin, and the verdict."""
+    def cell(x: Mapping) -> str:
+        return (f"{x['diff']:+.2f} [{x['low']:+.2f}, {x['high']:+.2f}], margin +-{x['margin']:g}: "
+                f"{x['verdict']}")
+
+    rows = [[lab, cell(j["targets"]), cell(j["fpd"]), f"**{j['verdict']}**"] if "targets" in j
+            else [lab, "-", "-", f"**{j['verdict']}**: {j['why']}"] for lab, j in judged.items()]
+    return console.table(rows, ["generator", "targets met minus the 1-worker one's, paired over "
+                                "the latent draws [90 %]", "FPD minus the 1-worker one's [90 %]",
+                                "like 1 worker?"])

@@ -249,8 +249,9 @@ def newest_checkpoint(path) -> Path | None:
 
 def checkpoint_record(path) -> dict:
     """What a checkpoint says of its run: epoch, workers, showers seen, precision, the history,
-    provenance, its fork record and ``forks`` (:func:`~gan3d.gan.checkpoints.lineage`: the
-    forks it descends through, oldest first); no weights loaded."""
+    its configuration, provenance, its fork record and ``forks``
+    (:func:`~gan3d.gan.checkpoints.lineage`: the forks it descends through, oldest first); no
+    weights loaded."""
     from ..gan.checkpoints import lineage, load_checkpoint
 
     meta, _ = load_checkpoint(path)
@@ -258,7 +259,8 @@ def checkpoint_record(path) -> dict:
     return {"path": str(path), "epoch": meta["epoch"], "workers": meta.get("workers", 1),
             "showers_seen": hist[-1]["showers_seen"] if hist else 0,
             "precision": hist[-1].get("precision") if hist else None, "history": hist,
-            "provenance": meta.get("provenance"), "fork": meta.get("fork"),
+            "config": meta.get("config"), "provenance": meta.get("provenance"),
+            "fork": meta.get("fork"),
             "forks": lineage(meta.get("fork"))}
 
 
