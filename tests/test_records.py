@@ -16,7 +16,8 @@ from gan3d.io import write_json
 STUDIES = Path(__file__).resolve().parents[1] / "studies"
 KIND_OF = {"network": "interconnect", "algorithms": "algorithms", "convergence": "convergence",
            "warm_start": "warm_start",
-           "inference": "inference", "inference_amx": "inference", "precision": "precision"}
+           "inference": "inference", "inference_amx": "inference", "precision": "precision",
+           "bfloat16_accuracy": "bfloat16_accuracy"}
 
 
 def _kind(path: Path) -> str:
