@@ -265,3 +265,16 @@ def test_the_largest_difference_of_two_runs_is_relative_and_covers_every_number(
     assert largest == pytest.approx(1e-8, rel=1e-3)  # the timing is not compared
     largest, _, _ = verify.largest_difference(a, run("d", rows, scale=1e-3))
     assert 0.9e-3 < largest < 1.1e-3 and largest > verify.NOISE
+
+    # Where this checkout's two runs differ from each other (no bits can agree), each must lie
+    # within the machine's noise of the reference's; one run a change of code away fails it all.
+    ref = run("ref", rows)  # the weights as they are now (w + d - d is not w in float32)
+    again = [rows[0], {**rows[1], "g_loss": 1.5 * (1 - 3e-8)}]
+    equality, numbers, weights = verify.within_noise(
+        [(run("c2", moved), ref), (run("e", again), ref)], "kind: differs (two runs differ")
+    assert equality == "within 1e-05 relative (largest difference 3e-08)"
+    assert (numbers, weights) == (8, gen.count_params())
+    with pytest.raises(verify.StudyCodeDiffers, match=r"two runs differ by up to 0\.00099\d relative, "
+                       r"more than the machine's noise of 1e-05"):
+        verify.within_noise([(run("c3", moved), ref), (run("f", rows, scale=1e-3), ref)],
+                            "kind: differs (two runs differ")

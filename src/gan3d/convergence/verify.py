@@ -76,8 +76,8 @@ from .plan import KINDS, Run, run_config, run_kind
 log = console.get_logger(__name__)
 
 __all__ = ["StudyCodeDiffers", "StudyCheck", "Subject", "CONVERGENCE", "verify_code",
-           "compare_runs", "package_root", "reference_hash", "reference_config",
-           "reference_runner", "reference_package", "kind_run", "needed_kinds", "stale_runs",
+           "compare_runs", "largest_difference", "within_noise", "package_root", "reference_hash",
+           "reference_config", "reference_runner", "reference_package", "kind_run", "needed_kinds", "stale_runs",
            "CHECK_SCHEMA"]
 
 CHECK_SCHEMA = 1
@@ -291,6 +291,18 @@ def largest_difference(a: Path, b: Path) -> tuple[float, int, int]:
     return largest, numbers, sum(int(w.size) for w in wa.values())
 
 
+def within_noise(pairs: Sequence[tuple[Path, Path]], what: str) -> tuple[str, int, int]:
+    """Two codes compared by size, where no bits can agree: every pair of runs (this checkout's,
+    the reference's) within :data:`NOISE` relative in every number and weight. Returns (the
+    equality recorded, numbers, weights compared); else :class:`StudyCodeDiffers` saying ``what``
+    differed and by how much."""
+    largest, numbers, weights = max(largest_difference(a, b) for a, b in pairs)
+    if not largest <= NOISE:
+        raise StudyCodeDiffers(f"{what} by up to {largest:.3g} relative, more than the machine's "
+                               f"noise of {NOISE:g}: its code trains otherwise)")
+    return f"within {NOISE:g} relative (largest difference {largest:.2g})", numbers, weights
+
+
 def needed_kinds(results: dict, subject: Subject = CONVERGENCE) -> list[str]:
     """The kinds of run the study in ``results`` holds, in the subject's order."""
     held = {subject.kind_of(r) for r in results.get("runs", {}).values()}
@@ -432,15 +444,10 @@ def verify_code(cfg: Config, reference: str | Path, results: dict, *, showers: i
                     # the codes are compared by size - each of its runs within NOISE of the
                     # reference's in every number and weight - as where the last bits follow
                     # the process's state (below).
-                    largest, numbers, weights = max(
-                        largest_difference(folders["this"], folders["reference"]),
-                        largest_difference(again, folders["reference"]))
-                    if not largest <= NOISE:
-                        raise StudyCodeDiffers(
-                            f"{kind}: {second} (and this checkout's two runs differ too, by up to "
-                            f"{largest:.3g} relative from the reference's: more than the "
-                            f"machine's noise of {NOISE:g})") from None
-                    equality = f"within {NOISE:g} relative (largest difference {largest:.2g})"
+                    equality, numbers, weights = within_noise(
+                        [(folders["this"], folders["reference"]), (again, folders["reference"])],
+                        f"{kind}: {second} (this checkout's two runs differ too, and from the "
+                        "reference's")
                     noise = (f"this checkout's two runs differed from each other ({alike}): the "
                              "machine's noise, not the code")
                 else:
@@ -462,13 +469,9 @@ def verify_code(cfg: Config, reference: str | Path, results: dict, *, showers: i
                         # process (the same code gave other last bits with its showers at
                         # another path), so the codes are compared by size: within NOISE in
                         # every number, the same.
-                        largest, numbers, weights = largest_difference(folders["this"], ref_again)
-                        if not largest <= NOISE:
-                            raise StudyCodeDiffers(
-                                f"{kind}: {second} (both codes train alike run after run, and "
-                                f"differ by up to {largest:.3g} relative, more than the machine's "
-                                f"noise of {NOISE:g}: its code trains otherwise)") from None
-                        equality = f"within {NOISE:g} relative (largest difference {largest:.2g})"
+                        equality, numbers, weights = within_noise(
+                            [(folders["this"], ref_again)],
+                            f"{kind}: {second} (both codes train alike run after run, and differ")
                         noise = (f"each code trained alike twice, the two apart in the last bits "
                                  f"({second}): the machine's noise, not the code")
         files = _same_data(root, to_dict(base)["data"], data, work, timeout)
