@@ -166,7 +166,8 @@ def test_the_sessions_chain_from_each_runs_recorded_fork():
         page_blocks.sessions_block(block, moved)
 
 
-SHIPPED = {"1 worker": "long-1w", "2 workers": "long-2w"}  # gan3d.gan.reference.SHIPPED's names
+SHIPPED = {"1 worker": "long-1w", "2 workers": "long-2w",  # gan3d.gan.reference.SHIPPED's names
+           "2 workers, plain lr": "long-2w-none"}
 
 
 def _pair():
@@ -224,7 +225,7 @@ def test_the_shipped_pair_simulates_the_showers_of_the_committed_checkpoints():
 
 
 def test_the_shipped_pair_and_the_third_run_are_read_as_the_committed_long_runs():
-    third = longruns.RUNS["2 workers, plain lr"]
+    third = "long-2w-none"
     found = longruns.records(["long-1w", "long-2w", third, str(ROOT / "no-such-run")])  # last: out
     assert len(found) == 3
     for lab, rec in found.items():

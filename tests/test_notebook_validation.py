@@ -93,8 +93,8 @@ def test_notebook_runs_and_writes_figures(run_notebook, tmp_path):
     # them, named by their showers; their targets at 64 showers per energy with the monitors'
     # latents are their history's last row.
     long = {}
-    # the notebook's default: the pair, and the third run (2 workers, plain lr) as committed
-    assert _parameter("long_runs") == ["long-1w", "long-2w", "studies/long-2w-none-bf16"]
+    # the notebook's default: the shipped long runs, the pair and the third (2 workers, plain lr)
+    assert _parameter("long_runs") == ["long-1w", "long-2w", "long-2w-none"]
     for path in _parameter("long_runs"):
         rec = validation.generator_record(path)
         w, rule = rec["workers"], rec["config"]["train"]["lr_rule"]

@@ -103,3 +103,18 @@ def test_a_shipped_name_or_an_exported_folder_is_found_and_anything_else_is_not(
     assert reference.folder_of(tmp_path) is None
     (tmp_path / "reference.json").write_text("{}")
     assert reference.folder_of(tmp_path) == tmp_path
+
+
+def test_an_exported_config_names_no_folder_of_the_machine_that_trained_it():
+    """``gan3d train --fork-from`` records the checkpoint's absolute path; the export keeps its
+    path from ``studies/`` on, as the fork records name it, and leaves a relative one alone."""
+    cfg = {"data": {"path": "/home/u/gan3d/data/learning-curve"},
+           "train": {"output": "/home/u/gan3d/results/long", "fork_from":
+                     "/home/u/gan3d/studies/long-2w-none-bf16/epoch-0076.npz"}}
+    out = reference.portable(cfg)
+    assert out == {"data": {"path": "data/learning-curve"},
+                   "train": {"output": "results/long",
+                             "fork_from": "studies/long-2w-none-bf16/epoch-0076.npz"}}
+    assert cfg["train"]["fork_from"].startswith("/home")  # the caller's dict is left alone
+    kept = {"train": {"fork_from": "studies/warm-start/epoch-0026.npz", "output": ""}}
+    assert reference.portable(kept) == kept

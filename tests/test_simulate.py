@@ -233,7 +233,7 @@ def test_a_signal_the_process_was_started_to_ignore_stays_ignored(monkeypatch):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["reference", "long-1w", "long-2w"])
+@pytest.mark.parametrize("name", ["reference", "long-1w", "long-2w", "long-2w-none"])
 def test_the_space_bound_is_below_what_a_shipped_generators_showers_take(tmp_path, name):
     """The free-space check refuses only what would surely not fit: every shipped generator's
     showers take more than simulate.MIN_BYTES_PER_SHOWER in the file."""

@@ -8,10 +8,11 @@ provenance, showers seen), its learning curve (the physics monitors of every epo
 with the package, so notebooks 02 and 04, ``gan3d validate reference`` and
 ``gan3d simulate --generator reference`` can use it without training anything.
 
-Beside it, in folders of the same form, the package ships the long runs' pair
-(:data:`SHIPPED`: ``long-1w``, ``long-2w``): the 1-worker and the 2-worker generator of
-``studies/long-*-bf16/``, exported from their newest committed checkpoints, so notebook 04 and
-``gan3d validate long-1w long-2w`` validate the pair without the training checkpoints (weights and optimiser states).
+Beside it, in folders of the same form, the package ships the long runs (:data:`SHIPPED`:
+``long-1w``, ``long-2w``, ``long-2w-none``): the 1-worker and the 2-worker generator of
+``studies/long-*-bf16/`` (lr x 2) and the 2-worker one at the plain lr, exported from their newest
+committed checkpoints, so notebook 04 and ``gan3d validate long-1w long-2w long-2w-none``
+validate them without the training checkpoints (weights and optimiser states).
 Their ``reference.json`` also names the checkpoint they came from (its sha256) and the forks
 the run descends through.
 
@@ -43,8 +44,10 @@ __all__ = ["NAME", "FOLDER", "SHIPPED", "available", "folder_of", "info", "label
 NAME = "reference"  # what users pass where a training folder is expected
 FOLDER = Path(str(resources.files("gan3d.gan").joinpath("reference")))
 # The generators shipped with the package, by the name users pass: the reference generator and
-# the long runs' pair (studies/long-1w-bf16, studies/long-2w-bf16).
-SHIPPED = {NAME: FOLDER, "long-1w": FOLDER / "long-1w", "long-2w": FOLDER / "long-2w"}
+# the long runs' pair (studies/long-1w-bf16, studies/long-2w-bf16) and the third long run (2
+# workers at the plain lr, studies/long-2w-none-bf16).
+SHIPPED = {NAME: FOLDER, "long-1w": FOLDER / "long-1w", "long-2w": FOLDER / "long-2w",
+           "long-2w-none": FOLDER / "long-2w-none"}
 _G, _D, _INFO = "generator.weights.h5", "discriminator.weights.h5", "reference.json"
 
 
@@ -249,13 +252,18 @@ def _portable_fork(fork: dict | None) -> dict | None:
 
 def portable(config: dict | None) -> dict | None:
     """A run's configuration without the folders of the machine it ran on: ``data.path`` and
-    ``train.output`` keep their last name only (under ``data/`` and ``results/``)."""
+    ``train.output`` keep their last name only (under ``data/`` and ``results/``),
+    ``train.fork_from`` its path from ``studies/`` or ``results/`` on (the command line gives it
+    as an absolute path)."""
     if not config:
         return config
     out = {k: dict(v) if isinstance(v, dict) else v for k, v in config.items()}
     for section, key, under in (("data", "path", "data"), ("train", "output", "results")):
         if isinstance(out.get(section), dict) and out[section].get(key):
             out[section][key] = f"{under}/{Path(out[section][key]).name}"
+    train = out.get("train")
+    if isinstance(train, dict) and Path(train.get("fork_from") or "").is_absolute():
+        train["fork_from"] = _portable_path(train["fork_from"])
     return out
 
 
