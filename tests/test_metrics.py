@@ -82,6 +82,18 @@ def test_classifier_test_extremes():
         metrics.classifier_test(a[:5], a[:5])
 
 
+def test_the_auc_of_small_samples_is_not_tied_away_by_calibration():
+    # 24 showers a side leave 10 to calibrate on: the isotonic step function fitted to them ties
+    # test showers of both classes, so an AUC taken after calibration loses what the classifier
+    # ranked right (measured over these seeds: mean 0.79 after calibration, 0.86 before).
+    aucs = []
+    for seed in range(20):
+        rng = np.random.default_rng(seed)
+        a, b = rng.normal(size=(24, 151)), rng.normal(1.0, 1.0, (24, 151))
+        aucs.append(metrics.classifier_test(a, b, seed=seed)["auc"])
+    assert np.mean(aucs) > 0.83
+
+
 def test_three_dgan_metric_terms():
     e = np.full(200, 100.0)
     a = showers.generate(e, 1)

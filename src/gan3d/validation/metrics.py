@@ -143,9 +143,12 @@ def classifier_test(ref_x, gen_x, kind: str = "hgb", seed: int = 0,
 
     ``ref_x`` (N1, F), ``gen_x`` (N2, F). Both classes are cut to the same size so that 0.5 and
     ln 2 are the baselines; showers are split into train / calibration / test by ``split``. The
-    test-set ROC AUC (0.5: indistinguishable, 1: fully separated) comes with its standard error;
-    the JSD = (ln 2 - BCE) / ln 2 is computed on the test set after isotonic calibration of the
-    classifier's probabilities on the calibration set (0: indistinguishable, 1: disjoint).
+    test-set ROC AUC (0.5: indistinguishable, 1: fully separated) of the classifier's own scores
+    comes with its standard error; the JSD = (ln 2 - BCE) / ln 2 is computed on the test set after
+    isotonic calibration of those scores on the calibration set (0: indistinguishable, 1:
+    disjoint). The AUC is taken before calibration: a monotone map cannot improve a ranking, and
+    the step function fitted to a small calibration set ties showers of both classes, which
+    pulled the AUC of small samples down.
     """
     from sklearn.isotonic import IsotonicRegression
     from sklearn.metrics import roc_auc_score
@@ -167,8 +170,9 @@ def classifier_test(ref_x, gen_x, kind: str = "hgb", seed: int = 0,
         clf = _classifier(kind, seed, len(tr)).fit(x[tr], y[tr])
         iso = IsotonicRegression(y_min=1e-6, y_max=1 - 1e-6, out_of_bounds="clip")
         iso.fit(clf.predict_proba(x[ca])[:, 1], y[ca])
-        p = iso.predict(clf.predict_proba(x[te])[:, 1])
-    auc = float(roc_auc_score(y[te], p))
+        score = clf.predict_proba(x[te])[:, 1]
+        p = iso.predict(score)
+    auc = float(roc_auc_score(y[te], score))
     bce = float(-np.mean(y[te] * np.log(p) + (1 - y[te]) * np.log(1 - p)))
     return {"auc": auc, "auc_err": _auc_error(auc, int(y[te].sum()), int((1 - y[te]).sum())),
             "jsd": (np.log(2) - bce) / np.log(2), "bce": bce, "kind": kind,
