@@ -115,3 +115,23 @@ def test_a_path_typed_on_the_command_line_is_taken_from_the_current_folder(tmp_p
                           "held/showers.h5"], cwd=tmp_path, capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 2 and f"{tmp_path / 'held' / 'showers.h5'} already holds" in out.stderr
+
+
+def test_a_run_records_a_path_typed_inside_the_checkout_from_the_checkout_root(tmp_path,
+                                                                               monkeypatch):
+    """`gan3d train` records its settings in every checkpoint: a path typed inside the checkout
+    is kept from the checkout's root (the same file; a committed checkpoint names no folder of
+    the machine that made it), one outside it as typed, absolute."""
+    from gan3d import cli
+    from gan3d.gan import training
+    from gan3d.io import repo_root, resolve_path
+
+    root, seen = repo_root(), {}
+    monkeypatch.setattr(training, "train", lambda cfg, **kw: seen.setdefault("cfg", cfg))
+    monkeypatch.chdir(root / "studies")  # typed from a subfolder: taken from there
+    assert cli.main(["train", "--workers", "1", "--fork-from", "warm-start/epoch-0026.npz",
+                     "--output", str(tmp_path / "run")]) == 0
+    cfg = seen["cfg"]
+    assert cfg.train.fork_from == "studies/warm-start/epoch-0026.npz"
+    assert resolve_path(cfg.train.fork_from) == root / "studies" / "warm-start" / "epoch-0026.npz"
+    assert cfg.train.output == str(tmp_path / "run")

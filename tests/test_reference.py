@@ -106,8 +106,10 @@ def test_a_shipped_name_or_an_exported_folder_is_found_and_anything_else_is_not(
 
 
 def test_an_exported_config_names_no_folder_of_the_machine_that_trained_it():
-    """``gan3d train --fork-from`` records the checkpoint's absolute path; the export keeps its
-    path from ``studies/`` on, as the fork records name it, and leaves a relative one alone."""
+    """``gan3d train --fork-from`` recorded the checkpoint's absolute path (it now records one
+    inside the checkout from the checkout's root; the third long run's committed epoch 84 has
+    one); the export keeps its path from ``studies/`` on, as the fork records name it, and
+    leaves a relative one alone."""
     cfg = {"data": {"path": "/home/u/gan3d/data/learning-curve"},
            "train": {"output": "/home/u/gan3d/results/long", "fork_from":
                      "/home/u/gan3d/studies/long-2w-none-bf16/epoch-0076.npz"}}

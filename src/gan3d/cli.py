@@ -41,6 +41,21 @@ def _here(path: str) -> str:
     return str(Path(path).expanduser().absolute())
 
 
+def _recorded(path: str | None) -> str | None:
+    """A path typed for a run that records its settings (``gan3d train``), as the record keeps it:
+    relative to the checkout's root where it lies inside the checkout - settings' paths are taken
+    from there, so it names the same file, and a committed checkpoint names no folder of the
+    machine that made it - else as typed (absolute, :func:`_here`)."""
+    from .io import repo_root
+
+    if not path:
+        return path
+    try:
+        return str(Path(path).relative_to(repo_root()))
+    except ValueError:
+        return path
+
+
 def _add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", default="quick", choices=PROFILES,
                    help="named settings: quick (2-core laptop), paper (the paper's, for clusters) "
@@ -393,8 +408,9 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 def _cmd_train(args: argparse.Namespace) -> int:
     cfg = _config(args, **{"train.workers": args.workers, "train.epochs": args.epochs,
-                           "train.output": args.output, "train.backend": args.backend,
-                           "train.fork_from": args.fork_from, "train.lr_rule": args.lr_rule,
+                           "train.output": _recorded(args.output), "train.backend": args.backend,
+                           "train.fork_from": _recorded(args.fork_from),
+                           "train.lr_rule": args.lr_rule,
                            "train.lr_warmup_epochs": args.lr_warmup_epochs})
     jax = cfg.train.backend == "jax"
     if cfg.train.workers > 1 and not in_mpi_job():
