@@ -72,7 +72,8 @@ CONFIGS = ((1, 1), (1, 2), (2, 1), ("pair", 1))  # (ranks, threads per rank); "p
 
 
 def matmul_peak(dtype: str) -> float:
-    """Median GFLOP/s of a 2048 x 2048 matmul with this process's threads (the roofline's peak)."""
+    """GFLOP/s of a 2048 x 2048 matmul with this process's threads, the best of 5 (the roofline's
+    peak)."""
     from gan3d.scaling.roofline import matmul_rate
 
     return matmul_rate(dtype)

@@ -50,7 +50,8 @@ _NONLINEAR = ("LeakyReLU", "ReLU", "Activation", "BatchNormalization", "Dropout"
 
 
 def matmul_rate(dtype: str = "float32", n: int = 2048, repeats: int = 5) -> float:
-    """Median GFLOP/s of an n x n matmul in TensorFlow, with this process's thread settings."""
+    """GFLOP/s of an n x n matmul in TensorFlow, with this process's thread settings: the best of
+    ``repeats`` (a ceiling; on a shared machine other work only ever slows a repeat down)."""
     import tensorflow as tf
 
     a = tf.constant(np.random.default_rng(0).standard_normal((n, n)), dtype=dtype)
@@ -61,12 +62,13 @@ def matmul_rate(dtype: str = "float32", n: int = 2048, repeats: int = 5) -> floa
         t0 = time.perf_counter()
         matmul(a).numpy()
         times.append(time.perf_counter() - t0)
-    return 2 * n**3 / float(np.median(times)) / 1e9
+    return 2 * n**3 / min(times) / 1e9
 
 
 def memory_bandwidth(threads: int, mib: int = 256, repeats: int = 7) -> float:
     """GB/s of ``threads`` threads scaling a float32 buffer of ``mib`` MiB into another (each byte
-    read once and written once; buffers preallocated, beyond the caches). Median of repeats."""
+    read once and written once; buffers preallocated, beyond the caches). The best of repeats,
+    as for :func:`matmul_rate`."""
     n = mib * 2**20 // 4
     src, dst = np.ones(n, np.float32), np.zeros(n, np.float32)
     bounds = np.linspace(0, n, threads + 1).astype(int)
@@ -83,7 +85,7 @@ def memory_bandwidth(threads: int, mib: int = 256, repeats: int = 7) -> float:
         for w in workers:
             w.join()
         times.append(time.perf_counter() - t0)
-    return 8 * n / statistics.median(times) / 1e9
+    return 8 * n / min(times) / 1e9
 
 
 def ceilings(dtype: str = "float32") -> dict:
