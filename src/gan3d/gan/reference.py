@@ -253,8 +253,8 @@ def _portable_fork(fork: dict | None) -> dict | None:
 def portable(config: dict | None) -> dict | None:
     """A run's configuration without the folders of the machine it ran on: ``data.path`` and
     ``train.output`` keep their last name only (under ``data/`` and ``results/``),
-    ``train.fork_from`` its path from ``studies/`` or ``results/`` on (the command line gives it
-    as an absolute path)."""
+    ``train.fork_from`` its path from ``studies/`` or ``results/`` on (the command line gave it
+    as an absolute path before it recorded paths inside the checkout from its root)."""
     if not config:
         return config
     out = {k: dict(v) if isinstance(v, dict) else v for k, v in config.items()}
