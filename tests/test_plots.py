@@ -177,7 +177,7 @@ def test_a_description_stays_small_and_leaves_colour_bars_out():
 
 def test_the_verdict_grid_holds_each_comparison_as_a_line_and_each_quantity_as_a_cell():
     """Cells coloured by verdict (the image's codes), each holding the mean difference and its
-    90 % interval in margins; a row of one seed has no interval; a comparison against another
+    90 % interval in margins; a row of one seed has no interval and no tally; a comparison against another
     reference than 1 worker names it."""
     from gan3d.plots import description
 
@@ -201,9 +201,9 @@ def test_the_verdict_grid_holds_each_comparison_as_a_line_and_each_quantity_as_a
                                [codes["inconclusive"], blank]]
     assert ax["texts"] == ["+0.2\n[-0.4, +0.6]", "+2.0\n[+1.6, +2.4]", "+0.2",
                            "+0.2\n[-1.2, +1.6]", "1 equivalent\n1 different",
-                           "0 equivalent\n0 different", "0 equivalent\n0 different"]
+                           "too few seeds\nfor a verdict", "0 equivalent\n0 different"]
     assert ax["yticks"]["labels"] == [
-        "2 workers, lr x sqrt N (3 seeds)", "1 worker, bfloat16 (1 seeds)",
+        "2 workers, lr x sqrt N (3 seeds)", "1 worker, bfloat16 (1 seed)",
         "2 workers, lr x N, local SGD k=16\nvs 2 workers, lr x N (3 seeds)"]
     plain = {**two, "candidate": "2w-none", "verdict": "equivalent"}
     four = {**two, "candidate": "4w-linear", "verdict": "equivalent"}

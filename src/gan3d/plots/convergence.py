@@ -150,8 +150,9 @@ def verdict_grid(rows: Sequence[dict], *, title: str = "", ax=None):
             ax.text(j, i, text, ha="center", va="center", fontsize=7.5)
     for i, p in enumerate(pairs):
         said = [r["verdict"] for r in rows if (r["candidate"], r.get("reference")) == p]
-        ax.text(len(names) - 0.4, i, f"{said.count('equivalent')} equivalent\n"
-                f"{said.count('different')} different", ha="left", va="center", fontsize=7.5)
+        tally = (f"{said.count('equivalent')} equivalent\n{said.count('different')} different"
+                 if set(said) - {"too few seeds"} else "too few seeds\nfor a verdict")
+        ax.text(len(names) - 0.4, i, tally, ha="left", va="center", fontsize=7.5)
     ax.imshow(codes, cmap=ListedColormap([_CELL[v] for v in GRID_VERDICTS]), vmin=-0.5,
               vmax=len(GRID_VERDICTS) - 0.5, aspect="auto")
     ax.set_xticks(range(len(names)), [HEADS.get(n, n) for n in names], fontsize="small")
@@ -159,7 +160,7 @@ def verdict_grid(rows: Sequence[dict], *, title: str = "", ax=None):
     seeds = {p: max((int(number(r.get("n")) or 0) for r in rows
                      if (r["candidate"], r.get("reference")) == p), default=0) for p in pairs}
     ax.set_yticks(range(len(pairs)), [label(c) + (f"\nvs {label(ref)}" if ref and ref != "1w"
-                                                   else "") + f" ({seeds[c, ref]} seeds)"
+                                                   else "") + f" ({seeds[c, ref]} seed{'s' * (seeds[c, ref] != 1)})"
                                       for c, ref in pairs], fontsize="small")
     ax.set_xticks(np.arange(len(names) + 1) - 0.5, minor=True)
     ax.set_yticks(np.arange(len(pairs) + 1) - 0.5, minor=True)
