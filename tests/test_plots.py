@@ -177,8 +177,8 @@ def test_a_description_stays_small_and_leaves_colour_bars_out():
 
 def test_the_verdict_grid_holds_each_comparison_as_a_line_and_each_quantity_as_a_cell():
     """Cells coloured by verdict (the image's codes), each holding the mean difference and its
-    90 % interval in margins; a row of one seed has no interval and no tally; a comparison against another
-    reference than 1 worker names it."""
+    90 % interval in margins; a row of one seed has no interval and no tally; a comparison
+    against another reference than 1 worker names it."""
     from gan3d.plots import description
 
     row = {"candidate": "1w-bf16", "reference": "1w", "monitor": "max_layer", "n": 1,

@@ -159,9 +159,12 @@ def verdict_grid(rows: Sequence[dict], *, title: str = "", ax=None):
     ax.xaxis.tick_top()
     seeds = {p: max((int(number(r.get("n")) or 0) for r in rows
                      if (r["candidate"], r.get("reference")) == p), default=0) for p in pairs}
-    ax.set_yticks(range(len(pairs)), [label(c) + (f"\nvs {label(ref)}" if ref and ref != "1w"
-                                                   else "") + f" ({seeds[c, ref]} seed{'s' * (seeds[c, ref] != 1)})"
-                                      for c, ref in pairs], fontsize="small")
+    def line(cand: str, ref: str | None) -> str:
+        n = seeds[cand, ref]
+        vs = f"\nvs {label(ref)}" if ref and ref != "1w" else ""
+        return f"{label(cand)}{vs} ({n} seed{'s' * (n != 1)})"
+
+    ax.set_yticks(range(len(pairs)), [line(*p) for p in pairs], fontsize="small")
     ax.set_xticks(np.arange(len(names) + 1) - 0.5, minor=True)
     ax.set_yticks(np.arange(len(pairs) + 1) - 0.5, minor=True)
     ax.grid(which="minor", color="white", lw=2)
