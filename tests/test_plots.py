@@ -218,6 +218,25 @@ def test_the_verdict_grid_holds_each_comparison_as_a_line_and_each_quantity_as_a
     plt.close(fig)
 
 
+def test_the_warm_start_curves_tell_every_configuration_apart_past_the_colour_cycle():
+    """The committed study holds more configurations than the house cycle has colours: no two of
+    its lines may share colour, line style and marker, and the legend names each once."""
+    from gan3d.convergence import readings, warmstart
+    from gan3d.io import repo_root
+
+    warm = warmstart.load(repo_root() / "studies" / "warm_start.json")
+    configs = readings.warm_configs(warm)
+    assert len(configs) > len(set(plots.colours(len(configs))))  # the case this guards
+    fig = cplots.monitor_bands(warm, configs, ("profile_distance",))
+    lines = fig.axes[0].get_lines()
+    looks = {(matplotlib.colors.to_hex(ln.get_color()), ln.get_linestyle(), ln.get_marker())
+             for ln in lines}
+    assert len(lines) == len(configs) == len(looks)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+
+
 def test_the_long_runs_curves_mark_each_change_of_learning_rate():
     """A dotted line per change of lr, on every panel, at the showers seen when the new rate
     began: none for a run at one rate, one for a fork's lr x 2, two once it is lowered too."""

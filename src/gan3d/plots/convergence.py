@@ -39,20 +39,24 @@ def monitor_bands(results: dict, configs: Sequence[str],
                   *, ax=None):
     """Mean over seeds (line) and +- one standard deviation (band, outlined in its colour so
     that overlapping bands stay apart) of each monitor against the showers seen, one colour per
-    configuration; two panels a row, to read at a page's width (``ax``: len(monitors) Axes)."""
+    configuration (past the colour cycle, dashed with squares); two panels a row, to read at a
+    page's width (``ax``: len(monitors) Axes)."""
     from matplotlib.colors import to_rgba
 
     cols = min(len(monitors), 2)
     rows = -(-len(monitors) // cols)
     fig, axes = panels(ax, rows, cols, width=4.6 * cols, height=3.0 * rows + 0.9)
     axes = np.ravel(axes)
-    for colour, cid in zip(colours(len(configs)), configs):
+    cycle = colours(len(configs))
+    repeat = len(dict.fromkeys(cycle))  # past the colour cycle, a line changes style instead
+    for i, (colour, cid) in enumerate(zip(cycle, configs)):
+        fmt = ("-o", "--s", ":^")[i // repeat % 3]
         for a, name in zip(axes, monitors):
             c = analysis.curves(results, cid, name)
             if not c["n"]:
                 continue
             x, m, s = np.asarray(c["showers"]), np.asarray(c["mean"]), np.asarray(c["sd"])
-            a.plot(x, m, "-o", ms=3, color=colour, label=f"{label(cid)} ({c['n']} seed{'s' if c['n'] != 1 else ''})")
+            a.plot(x, m, fmt, ms=3, color=colour, label=f"{label(cid)} ({c['n']} seed{'s' if c['n'] != 1 else ''})")
             a.fill_between(x, m - s, m + s, facecolor=to_rgba(colour, 0.10),
                            edgecolor=to_rgba(colour, 0.6), lw=0.8, ls="--")
     for i, (a, name) in enumerate(zip(axes, monitors)):
