@@ -232,6 +232,8 @@ def test_the_warm_start_curves_tell_every_configuration_apart_past_the_colour_cy
     looks = {(matplotlib.colors.to_hex(ln.get_color()), ln.get_linestyle(), ln.get_marker())
              for ln in lines}
     assert len(lines) == len(configs) == len(looks)
+    names = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert len(names) == len(set(names)) == len(configs)
     import matplotlib.pyplot as plt
 
     plt.close(fig)
