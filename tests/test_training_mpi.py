@@ -43,7 +43,7 @@ def _launch(np_: int, out: Path, plan: list) -> None:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> Path:
-    """All 2-rank checks in two launches (starting TensorFlow and Horovod is most of the cost),
+    """All 2-rank checks in one launch (starting TensorFlow and Horovod is most of the cost),
     plus the 1-rank reference of the equality check, run without any launcher."""
     out = tmp_path_factory.mktemp("mpi")
     full = _tiny(out, **{"train.epochs": 2, "train.output": str(out / "full")})
@@ -52,17 +52,18 @@ def runs(tmp_path_factory) -> Path:
     local = _tiny(out, **{"train.epochs": 2, "train.steps_per_epoch": 3, "train.sync_every": 2,
                           "train.eval_mode": "none", "train.output": str(out / "localsgd")})
     bf16 = [["sync_bf16", "sync", [2, 2, "bfloat16"]]] if runtime.cpu_has_bf16() else []
-    _launch(2, out, [["equal2", "equal", [HALF]], ["sync", "sync", []], *bf16,
-                     ["local", "local", []],
-                     ["train", "train", [[[full, False], [part, False], [local, False]]]]])
-    # Forks of `full` after its epoch 1 (a different worker count is the 1-process test's).
+    # Forks of `full` after its epoch 1 (a different worker count is the 1-process test's), and
+    # `part` resumed, in the same launch once `train` has written their checkpoints.
     parent = str(out / "full" / "checkpoints" / "epoch-0001.npz")
     same = _tiny(out, **{"train.epochs": 2, "train.output": str(out / "fork_same"),
                          "train.fork_from": parent})
     warm = _tiny(out, **{"train.epochs": 2, "train.output": str(out / "fork_warm"),
                          "train.fork_from": parent, "train.lr_warmup_epochs": 2,
                          "train.seed": 8})
-    _launch(2, out, [["resumed", "train", [[[dict(part, **{"train.epochs": 2}), True],
+    _launch(2, out, [["equal2", "equal", [HALF]], ["sync", "sync", []], *bf16,
+                     ["local", "local", []],
+                     ["train", "train", [[[full, False], [part, False], [local, False]]]],
+                     ["resumed", "train", [[[dict(part, **{"train.epochs": 2}), True],
                                             [same, False], [warm, False]]]]])
     plan = json.dumps([["equal1", "equal", [HALF]]])
     subprocess.run([sys.executable, str(SCRIPT), str(out), plan], check=True,
