@@ -52,7 +52,8 @@ def test_no_number_that_looks_measured_is_left_unmarked(page):
 def test_every_quote_is_on_a_page_and_renders_from_its_file():
     used = {m["id"] for page in PAGES for m in quotes.MARKER.finditer(page.read_text())}
     assert set(QUOTES) - used == set()  # no quote that no page shows
-    assert "sources" in used  # the table of every quote's file and machine is on a page
+    assert set(quotes.BLOCKS) - used == set()  # every table (every quote's file and machine,
+    # the warm-start blocks) is on a page
     for q in QUOTES.values():
         assert (ROOT / q.source).is_file() and q.source.endswith(".json")
         text = render_quote(q)
@@ -122,6 +123,27 @@ def test_a_json_file_of_another_layout_is_a_named_error(tmp_path):
     path.unlink()
     with pytest.raises(quotes.StudyFileError, match="studies/inference.json is missing"):
         render_quote(QUOTES["inference.flops_ratio"], tmp_path)
+
+
+def test_the_warm_start_blocks_table_counts_the_studys_verdicts(tmp_path):
+    """Each block's row counts its rows' verdicts in studies/warm_start.json, and a verdict
+    flipped in the file flips the row: 2 or more different fail a block that held."""
+    study = json.loads((ROOT / quotes._WARM).read_text())
+    (tmp_path / "studies").mkdir()
+    save = lambda: (tmp_path / quotes._WARM).write_text(json.dumps(study))
+    save()
+    row = lambda name: next(line for line in quotes.BLOCKS["warm-blocks"](tmp_path, {})
+                            .splitlines() if line.startswith(f"| `{name}` |"))
+    block = [r for r in study["verdicts"] if r["candidate"] == "2w-none"]
+    counts = [sum(r["verdict"] == v for r in block) for v in ("equivalent", "inconclusive",
+                                                              "different")]
+    cells = [c.strip() for c in row("2w-none").split("|")[1:-1]]
+    assert cells[:4] == ["`2w-none`", "2", "lr", str(min(r["n"] for r in block))]
+    assert list(map(int, cells[4:7])) == counts and sum(counts) == 8
+    for r in [r for r in block if r["verdict"] != "different"][:2]:
+        r["verdict"] = "different"
+    save()
+    assert row("2w-none").endswith("| fails |")
 
 
 def test_unknown_and_unclosed_markers_are_reported_and_left_alone(tmp_path):

@@ -290,7 +290,39 @@ def _sources(root: Path, cache: dict[str, Data]) -> str:
     return "\n".join(rows) + "\n\n"
 
 
-BLOCKS: dict[str, Callable[[Path, dict[str, Data]], str]] = {"sources": _sources}
+def _warm_blocks(root: Path, cache: dict[str, Data]) -> str:
+    """The block ``<!--q:warm-blocks-->``: each block of the warm-start study against 1 worker,
+    its seeds and verdict counts, and what the rule of every "trains like" claim decides."""
+    from gan3d.convergence.warmstart import parse
+    from gan3d.report.claims.equivalence import LR_SEEDS, decide_equivalence
+
+    data = _load(Quote("warm-blocks", _WARM, lambda d: 0.0, "", ""), root, cache)
+    rows = ["", "", "| block | workers | lr, other changes | seeds | equivalent | inconclusive | "
+            "different | verdict |", "|---|---|---|---|---|---|---|---|"]
+    said = {"reproduced": "holds", "not reproduced": "fails", "inconclusive": "undecided"}
+    names = dict.fromkeys(r["candidate"] for r in data.get("verdicts", []))
+    interval = data["warm"]["showers"] // data["warm"]["points"]
+    for name in sorted(names, key=lambda x: parse(x)["workers"]):  # stable: the study's order
+        block = [r for r in data["verdicts"] if r["candidate"] == name]
+        c, seeds = parse(name), min(int(r.get("n") or 0) for r in block)
+        n = c["workers"]
+        lr = "lr" if n == 1 else {"linear": f"lr x {n}", "sqrt": f"lr x sqrt {n}",
+                                  "none": "lr"}[c["rule"]]
+        lr += "".join([f", warm-up over the first {c['warmup'] * interval:,} showers"
+                       if c.get("warmup") else "",
+                       f", local SGD k = {c['sync_every']}" if c["sync_every"] > 1 else "",
+                       ", bfloat16" if c["precision"] == "bfloat16" else ""])
+        count = [sum(r["verdict"] == v for r in block)
+                 for v in ("equivalent", "inconclusive", "different")]
+        verdict = (f"too few seeds (< {LR_SEEDS})" if seeds < LR_SEEDS else
+                   said[decide_equivalence(block, "study", name).verdict])
+        rows.append(f"| `{name}` | {n} | {lr} | {seeds} | " + " | ".join(map(str, count))
+                    + f" | {verdict} |")
+    return "\n".join(rows) + "\n\n"
+
+
+BLOCKS: dict[str, Callable[[Path, dict[str, Data]], str]] = {"sources": _sources,
+                                                             "warm-blocks": _warm_blocks}
 
 
 # -- the pages -------------------------------------------------------------------------------
