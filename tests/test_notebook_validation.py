@@ -52,9 +52,12 @@ def test_committed_without_outputs_and_with_parameters():
 
 
 def test_notebook_runs_and_writes_figures(run_notebook, tmp_path):
+    import keras
+
     from gan3d.gan import model
 
     ckpt = tmp_path / "train_1w"
+    keras.utils.set_random_seed(0)  # the same untrained weights on every run (see the AUC below)
     model.save_generator(model.build_generator(), ckpt / "generator.keras")
     model.save_discriminator(model.build_discriminator(), ckpt / "discriminator.keras")
     speed = tmp_path / "inference.json"
@@ -149,7 +152,11 @@ def test_notebook_runs_and_writes_figures(run_notebook, tmp_path):
         assert values(s_, "y").tolist() == [r["mon_targets_met"] for r in rows]
     assert metrics["generators"][ref_label]["checkpoint"] == "reference"
     head = json.loads((results / "headline.json").read_text())
-    assert head["inclusive"]["1 worker"]["auc_high"] > 0.9  # untrained: told apart at once
+    # Untrained, told apart at once - on a test set of 10 showers, where the AUC moves in steps of
+    # 0.04: unseeded weights once scored 0.9 (seeded ones 1.0 for 40 of 40 seeds), so the bar
+    # leaves room for a few misordered pairs and still fails for a generator the classifier
+    # cannot tell apart (0.5).
+    assert head["inclusive"]["1 worker"]["auc_high"] >= 0.8
     assert head["validator_check"]["20% wider"]["S(x variance)"] > 0.5
     # What each figure draws. The samples: the reference showers, then the generators.
     labels = ["reference", "1 worker", "2 workers", *long, ref_label]

@@ -219,18 +219,20 @@ def _number(x: float, decimals: int) -> str:
     return f"{x:,.{max(decimals, 0)}f}"
 
 
-def _load(quote: Quote, root: Path, cache: dict[str, Data]) -> Data:
-    if quote.source not in cache:
-        path = root / quote.source
+def _load(source: str, root: Path, cache: dict[str, Data], reader: str) -> Data:
+    """The JSON file ``source`` (relative to ``root``), read once per ``cache``; ``reader`` names
+    the quote or block that reads it, for the error."""
+    if source not in cache:
+        path = root / source
         if not path.is_file():
-            raise StudyFileError(f"quote {quote.id!r}: its source {quote.source} is missing "
-                                 f"under {root}; restore the file or remove the quote")
-        cache[quote.source] = read_json(path)
-    return cache[quote.source]
+            raise StudyFileError(f"{reader}: its source {source} is missing under {root}; "
+                                 f"restore the file or remove the {reader.split()[0]}")
+        cache[source] = read_json(path)
+    return cache[source]
 
 
 def _numbers(quote: Quote, root: Path, cache: dict[str, Data]) -> tuple[float, list[float]]:
-    data = _load(quote, root, cache)
+    data = _load(quote.source, root, cache, f"quote {quote.id!r}")
     try:
         value = quote.value(data)
         samples = list(quote.samples(data)) if quote.samples else []
@@ -267,7 +269,8 @@ def render_quote(quote: Quote, root: Path | None = None,
 
 def machine(quote: Quote, root: Path | None = None, cache: dict[str, Data] | None = None) -> str:
     """Where and when ``quote`` was measured, from its file's provenance."""
-    data = _load(quote, Path(root or repo_root()), {} if cache is None else cache)
+    data = _load(quote.source, Path(root or repo_root()), {} if cache is None else cache,
+                 f"quote {quote.id!r}")
     prov = data.get("provenance") or {}
     m = prov.get("machine") or {}
     text = f"{m.get('cores', '?')}-core {m.get('cpu') or m.get('processor') or 'unknown CPU'}"
@@ -296,7 +299,7 @@ def _warm_blocks(root: Path, cache: dict[str, Data]) -> str:
     from gan3d.convergence.warmstart import parse
     from gan3d.report.claims.equivalence import LR_SEEDS, decide_equivalence
 
-    data = _load(Quote("warm-blocks", _WARM, lambda d: 0.0, "", ""), root, cache)
+    data = _load(_WARM, root, cache, "block 'warm-blocks'")
     rows = ["", "", "| block | workers | lr, other changes | seeds | equivalent | inconclusive | "
             "different | verdict |", "|---|---|---|---|---|---|---|---|"]
     said = {"reproduced": "holds", "not reproduced": "fails", "inconclusive": "undecided"}
