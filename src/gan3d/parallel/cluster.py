@@ -173,8 +173,13 @@ def start_engines(n: int, *, timeout: float = 180.0, magics: bool = True) -> Eng
     runtime.apply_process_defaults()
     os.environ.setdefault("IPP_NONINTERACTIVE", "1")
     before = set(_own_processes())
+    # The hub counts an engine in only at its next heartbeat ping: at ipyparallel's default of
+    # one ping every 3 s, 2 engines took 6.0 s to start here, 2.5 s at one every 0.5 s. An engine
+    # is still dropped after 30 s without an answer (60 misses, the default's 10 x 3 s); a dead
+    # rank is noticed sooner anyway, by its process (EngineCluster.dead_ranks).
     cluster = ipp.Cluster(engines="mpi", n=n, log_level=logging.ERROR,
-                          controller_args=["--log-level=ERROR"])
+                          controller_args=["--log-level=ERROR", "--HeartMonitor.period=500",
+                                           "--HeartMonitor.max_heartmonitor_misses=60"])
     mpiexec = str(runtime.env_bin() / "mpiexec")
     cluster.config.MPILauncher.mpi_cmd = [mpiexec]
     extra = ["--map-by", ":OVERSUBSCRIBE"] if n > runtime.cpu_count() else []
