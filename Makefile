@@ -26,14 +26,16 @@ browser:
 	@bash tools/browser.sh
 
 # Two pytest processes, each taking whole files (a module's fixtures are built once): on 2 cores
-# one process's start-ups and launches overlap the other's computation.
+# one process's start-ups and launches overlap the other's computation. The longest files go
+# first (tests/conftest.py), in that order.
 TEST_JOBS ?= 2
+XDIST := -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder
 
 test: env browser
-	$(PY) -m pytest -n $(TEST_JOBS) --dist loadfile $(ARGS)
+	$(PY) -m pytest $(XDIST) $(ARGS)
 
 test-fast: env
-	$(PY) -m pytest -n $(TEST_JOBS) --dist loadfile -m "not slow" $(ARGS)
+	$(PY) -m pytest $(XDIST) -m "not slow" $(ARGS)
 
 lab: env
 	$(PY) -m gan3d lab
