@@ -23,23 +23,6 @@ sys.path.insert(0, str(ROOT / "tools"))
 runtime.apply_process_defaults()
 os.environ.setdefault("IPP_NONINTERACTIVE", "1")
 
-# The files that take minutes, longest first (their summed test times in a clean-clone CI run on
-# a 2-core AMD EPYC: 377 s down to 70 s). `make test` runs two processes that take whole files in
-# collection order (`--no-loadscope-reorder`: xdist's default reorders files by their number of
-# tests, which put notebook tests of minutes at the tail), so starting with the long ones keeps
-# both busy to the end. Within a file the order is kept.
-LONG_FILES = ("test_faults.py", "test_training_mpi.py", "test_backends.py",
-              "test_notebook_scaling.py", "test_notebook_training.py", "test_study_verify.py",
-              "test_warmstart.py", "test_convergence.py", "test_batch_scripts.py",
-              "test_pipeline.py", "test_notebook_off_values.py", "test_jupyterlab.py",
-              "test_notebook_validation.py", "test_notebook_concepts.py")
-
-
-def pytest_collection_modifyitems(config, items):
-    first = {name: i for i, name in enumerate(LONG_FILES)}
-    items.sort(key=lambda item: first.get(item.path.name, len(first)))  # stable
-
-
 @pytest.fixture
 def run_notebook(tmp_path):
     """Execute ``notebooks/<name>`` with papermill and the given parameters; return the output path.
